@@ -1,0 +1,250 @@
+// CPU kernels. The convolution is a GEMM over an unfolded input (rows
+// c*121 + r*11 + s, columns p*Q + q), built for a bounded chunk of images at a
+// time so the working set stays in the tens of MB whatever the batch; the
+// unfolding runs on all cores and the GEMMs go to ATen's BLAS. float16 and
+// bfloat16 (what CPU autocast produces) are computed in float32.
+
+#include "../conv11s4.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/bmm.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/irange.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+namespace alexop {
+namespace {
+
+constexpr int64_t kTaps = kKernelSize * kKernelSize;
+// Unfolded elements per chunk: 32 Mi elements (128 MB in float32).
+constexpr int64_t kChunkElements = int64_t{1} << 25;
+
+struct Geometry {
+  int64_t C, H, W, P, Q, pad;
+  int64_t rows() const { return C * kTaps; }
+  int64_t cols() const { return P * Q; }
+  // Output positions q whose input column 4q + s - pad lies inside [0, W).
+  std::pair<int64_t, int64_t> valid_q(int64_t s) const {
+    const int64_t lo = std::max<int64_t>(0, (pad - s + kStride - 1) / kStride);
+    const int64_t hi =
+        std::min<int64_t>(Q, (W - 1 + pad - s) / kStride + 1);  // exclusive
+    return {std::min(lo, hi), hi};
+  }
+};
+
+Geometry geometry(int64_t C, int64_t H, int64_t W, int64_t P, int64_t Q,
+                  int64_t pad) {
+  return Geometry{C, H, W, P, Q, pad};
+}
+
+int64_t chunk_images(const Geometry& g, int64_t n) {
+  return std::clamp<int64_t>(kChunkElements / (g.rows() * g.cols()), 1, n);
+}
+
+// cols[b, row, p*Q + q] = x[b, c, 4p + r - pad, 4q + s - pad], zero outside.
+template <typename T>
+void unfold(const T* x, const Geometry& g, int64_t images, T* cols) {
+  const int64_t rows = g.rows();
+  at::parallel_for(0, images * rows, 1, [&](int64_t begin, int64_t end) {
+    for (const auto i : c10::irange(begin, end)) {
+      const int64_t b = i / rows, row = i % rows;
+      const int64_t c = row / kTaps, r = row % kTaps / kKernelSize,
+                    s = row % kKernelSize;
+      const T* plane = x + (b * g.C + c) * g.H * g.W;
+      T* dst = cols + i * g.cols();
+      const auto [q_lo, q_hi] = g.valid_q(s);
+      for (const auto p : c10::irange(g.P)) {
+        T* out = dst + p * g.Q;
+        const int64_t h = kStride * p + r - g.pad;
+        if (h < 0 || h >= g.H) {
+          std::fill(out, out + g.Q, T(0));
+          continue;
+        }
+        const T* in = plane + h * g.W + s - g.pad;
+        std::fill(out, out + q_lo, T(0));
+        for (int64_t q = q_lo; q < q_hi; ++q) {
+          out[q] = in[kStride * q];
+        }
+        std::fill(out + q_hi, out + g.Q, T(0));
+      }
+    }
+  });
+}
+
+// The adjoint of unfold: x[b, c, 4p + r - pad, 4q + s - pad] += cols[...].
+// Each task owns whole (image, channel) planes, so there are no races and
+// the summation order is fixed.
+template <typename T>
+void fold_add(const T* cols, const Geometry& g, int64_t images, T* x) {
+  at::parallel_for(0, images * g.C, 1, [&](int64_t begin, int64_t end) {
+    for (const auto plane_index : c10::irange(begin, end)) {
+      T* plane = x + plane_index * g.H * g.W;
+      const T* src = cols + plane_index * kTaps * g.cols();
+      for (const auto r : c10::irange(kKernelSize)) {
+        for (const auto s : c10::irange(kKernelSize)) {
+          const T* row = src + (r * kKernelSize + s) * g.cols();
+          const auto [q_lo, q_hi] = g.valid_q(s);
+          for (const auto p : c10::irange(g.P)) {
+            const int64_t h = kStride * p + r - g.pad;
+            if (h < 0 || h >= g.H) {
+              continue;
+            }
+            T* out = plane + h * g.W + s - g.pad;
+            const T* in = row + p * g.Q;
+            for (int64_t q = q_lo; q < q_hi; ++q) {
+              out[kStride * q] += in[q];
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+bool is_reduced(const at::Tensor& t) {
+  return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
+}
+
+const at::ScalarType kCpuTypes[] = {
+    at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
+
+at::Tensor conv11s4_cpu(
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const std::optional<at::Tensor>& bias_opt,
+    int64_t padding) {
+  const auto size = check_conv11s4(input, weight, bias_opt, padding);
+  check_dtype("alexop.conv11s4", input, kCpuTypes, "CPU");
+  const bool has_bias = bias_opt.has_value() && bias_opt->defined();
+  if (is_reduced(input)) {
+    const auto bias = has_bias
+        ? std::optional<at::Tensor>(bias_opt->to(at::kFloat))
+        : std::nullopt;
+    return conv11s4_cpu(
+               input.to(at::kFloat), weight.to(at::kFloat), bias, padding)
+        .to(input.scalar_type());
+  }
+  const int64_t N = size[0].expect_int(), K = size[1].expect_int();
+  const auto g = geometry(
+      input.size(1), input.size(2), input.size(3), size[2].expect_int(),
+      size[3].expect_int(), padding);
+  auto output = at::empty({N, K, g.P, g.Q}, input.options());
+  if (N == 0) {
+    return output;
+  }
+  const auto x = input.contiguous();
+  const auto w = weight.contiguous().view({1, K, g.rows()});
+  const int64_t chunk = chunk_images(g, N);
+  auto cols = at::empty({chunk, g.rows(), g.cols()}, x.options());
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, N - n0);
+    auto cols_nb = cols.narrow(0, 0, nb);
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv11s4_cpu", [&] {
+      unfold(x.const_data_ptr<scalar_t>() + n0 * g.C * g.H * g.W, g, nb,
+             cols_nb.mutable_data_ptr<scalar_t>());
+    });
+    auto y = output.narrow(0, n0, nb).view({nb, K, g.cols()});
+    at::bmm_out(y, w.expand({nb, K, g.rows()}), cols_nb);
+    if (has_bias) {
+      y.add_(bias_opt->view({1, K, 1}));
+    }
+  }
+  return output;
+}
+
+at::Tensor conv11s4_backward_input_cpu(
+    const at::Tensor& grad_output,
+    const at::Tensor& weight,
+    c10::SymIntArrayRef input_size_sym,
+    int64_t padding) {
+  check_conv11s4_backward_input(grad_output, weight, input_size_sym, padding);
+  check_dtype(
+      "alexop.conv11s4_backward_input", grad_output, kCpuTypes, "CPU");
+  if (is_reduced(grad_output)) {
+    return conv11s4_backward_input_cpu(
+               grad_output.to(at::kFloat), weight.to(at::kFloat),
+               input_size_sym, padding)
+        .to(grad_output.scalar_type());
+  }
+  const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
+  const int64_t N = input_size[0], K = weight.size(0);
+  const auto g = geometry(
+      input_size[1], input_size[2], input_size[3], grad_output.size(2),
+      grad_output.size(3), padding);
+  auto grad_input = at::zeros(input_size, grad_output.options());
+  if (N == 0) {
+    return grad_input;
+  }
+  const auto go = grad_output.contiguous();
+  const auto wt = weight.contiguous().view({K, g.rows()}).t();
+  const int64_t chunk = chunk_images(g, N);
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, N - n0);
+    const auto cols =
+        at::matmul(wt, go.narrow(0, n0, nb).view({nb, K, g.cols()}));
+    AT_DISPATCH_FLOATING_TYPES(go.scalar_type(), "conv11s4_backward_input_cpu", [&] {
+      fold_add(cols.const_data_ptr<scalar_t>(), g, nb,
+               grad_input.mutable_data_ptr<scalar_t>() +
+                   n0 * g.C * g.H * g.W);
+    });
+  }
+  return grad_input;
+}
+
+std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cpu(
+    const at::Tensor& grad_output,
+    const at::Tensor& input,
+    int64_t padding,
+    bool bias_grad) {
+  const auto wsize =
+      check_conv11s4_backward_weight(grad_output, input, padding);
+  check_dtype("alexop.conv11s4_backward_weight", input, kCpuTypes, "CPU");
+  if (is_reduced(input)) {
+    auto [gw, gb] = conv11s4_backward_weight_cpu(
+        grad_output.to(at::kFloat), input.to(at::kFloat), padding, bias_grad);
+    return {gw.to(input.scalar_type()), gb.to(input.scalar_type())};
+  }
+  const int64_t N = input.size(0), K = wsize[0].expect_int();
+  const auto g = geometry(
+      input.size(1), input.size(2), input.size(3), grad_output.size(2),
+      grad_output.size(3), padding);
+  auto grad_weight = at::zeros({K, g.rows()}, input.options());
+  auto grad_bias = at::empty({bias_grad ? K : 0}, input.options());
+  if (bias_grad) {
+    grad_bias.copy_(at::sum(grad_output, {0, 2, 3}));
+  }
+  if (N == 0) {
+    return {grad_weight.view({K, g.C, kKernelSize, kKernelSize}), grad_bias};
+  }
+  const auto x = input.contiguous();
+  const auto go = grad_output.contiguous();
+  const int64_t chunk = chunk_images(g, N);
+  auto cols = at::empty({chunk, g.rows(), g.cols()}, x.options());
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, N - n0);
+    auto cols_nb = cols.narrow(0, 0, nb);
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv11s4_backward_weight_cpu", [&] {
+      unfold(x.const_data_ptr<scalar_t>() + n0 * g.C * g.H * g.W, g, nb,
+             cols_nb.mutable_data_ptr<scalar_t>());
+    });
+    const auto g_nb = go.narrow(0, n0, nb).view({nb, K, g.cols()});
+    grad_weight.add_(at::bmm(g_nb, cols_nb.transpose(1, 2)).sum(0));
+  }
+  return {grad_weight.view({K, g.C, kKernelSize, kKernelSize}), grad_bias};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(alexop, CPU, m) {
+  m.impl("conv11s4", &conv11s4_cpu);
+  m.impl("conv11s4_backward_input", &conv11s4_backward_input_cpu);
+  m.impl("conv11s4_backward_weight", &conv11s4_backward_weight_cpu);
+}
+
+}  // namespace alexop

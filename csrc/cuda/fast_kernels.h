@@ -1,0 +1,52 @@
+#pragma once
+// Entry points of the tensor-core kernels. The generic CUDA kernels in
+// conv11s4_cuda.cu validate every argument, allocate the outputs and then
+// offer the problem to these; each returns false, writing nothing, when the
+// problem lies outside its fast path, and the generic kernel runs instead.
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+namespace alexop::cuda {
+
+// How a float32 problem may use the tensor cores. Ignored for half types.
+enum class Fp32Math {
+  kAccurate,  // error of a plain fp32 computation (3xTF32 or better)
+  kTf32,      // operands rounded to TF32, fp32 accumulation
+};
+
+// Preconditions, established by the caller:
+//  - all tensors on the same (current) CUDA device, one floating dtype;
+//  - input (N, C, H, W) contiguous in either NCHW or channels_last format;
+//  - weight (K, C, 11, 11) contiguous, bias (K,) contiguous when given;
+//  - output (N, K, (H + 2p - 11) / 4 + 1, (W + 2p - 11) / 4 + 1), NCHW
+//    contiguous, allocated but not initialised.
+bool conv11s4_forward_fast(
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const std::optional<at::Tensor>& bias,
+    int64_t padding,
+    Fp32Math math,
+    const at::Tensor& output);
+
+// grad_output NCHW contiguous; input as above; grad_weight (K, C, 11, 11)
+// contiguous and grad_bias (K,) contiguous when given, both uninitialised.
+bool conv11s4_backward_weight_fast(
+    const at::Tensor& grad_output,
+    const at::Tensor& input,
+    int64_t padding,
+    Fp32Math math,
+    const at::Tensor& grad_weight,
+    const std::optional<at::Tensor>& grad_bias);
+
+// grad_output NCHW contiguous; weight as above; grad_input (N, C, H, W)
+// NCHW contiguous, uninitialised.
+bool conv11s4_backward_input_fast(
+    const at::Tensor& grad_output,
+    const at::Tensor& weight,
+    int64_t padding,
+    Fp32Math math,
+    const at::Tensor& grad_input);
+
+}  // namespace alexop::cuda

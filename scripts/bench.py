@@ -1,0 +1,237 @@
+"""alexop vs cuDNN (and ATen's CPU conv) on AlexNet's first convolution.
+
+Every row times one step side by side in the same run, on the same device:
+alexop, then the PyTorch baselines (cuDNN NCHW and channels_last with TF32 allowed
+or not and cudnn.benchmark on or off, torch.compile of F.conv2d), with the
+relative L2 error against float64 beside every timing. Timing: CUDA events
+(perf_counter on the CPU), warm-up, median of --reps, inputs drawn fresh and
+rotated among several buffers so no run reads the previous one's data from L2.
+
+    python scripts/bench.py                       # CUDA if present, else CPU
+    python scripts/bench.py --quick               # headline rows only
+    python scripts/bench.py --device cpu --batches 8 32
+
+Writes bench_results/bench.json and bench_results/bench.png (if matplotlib is
+installed) and prints a table.
+"""
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import alexop
+
+try:
+    from tqdm import tqdm
+except ImportError:  # a minimal stand-in: one line of progress on stderr
+    def tqdm(items, desc=""):
+        items = list(items)
+        for i, item in enumerate(items):
+            print(f"\r{desc} {i + 1}/{len(items)}", end="", file=sys.stderr, flush=True)
+            yield item
+        print(file=sys.stderr)
+
+
+@contextmanager
+def settings(tf32=None, benchmark=None, precision=None):
+    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision())
+    if tf32 is not None:
+        torch.backends.cudnn.allow_tf32 = tf32
+    if benchmark is not None:
+        torch.backends.cudnn.benchmark = benchmark
+    if precision is not None:
+        torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved[:2]
+        torch.set_float32_matmul_precision(saved[2])
+
+
+def make_data(n, c_out, dtype, device, channels_last, sets, seed):
+    g = torch.Generator(device=device).manual_seed(seed)
+    bound = (3 * 121) ** -0.5
+    data = []
+    for _ in range(sets):
+        x = torch.rand(n, 3, 224, 224, device=device, dtype=torch.float32, generator=g).to(dtype)
+        if channels_last:
+            x = x.to(memory_format=torch.channels_last)
+        w = ((torch.rand(c_out, 3, 11, 11, device=device, generator=g) * 2 - 1) * bound).to(dtype)
+        b = ((torch.rand(c_out, device=device, generator=g) * 2 - 1) * bound).to(dtype)
+        dy = torch.randn(n, c_out, 55, 55, device=device, generator=g).to(dtype)
+        data.append((x, w, b, dy))
+    return data
+
+
+def step_fn(conv, step):
+    """One timed step: 'fwd', 'fwd+bwd(w,b)' (a first layer) or 'fwd+bwd(x,w,b)'."""
+    if step == "fwd":
+        return lambda x, w, b, dy: conv(x, w, b)
+    needs_x = step == "fwd+bwd(x,w,b)"
+
+    def run(x, w, b, dy):
+        x = x.detach().requires_grad_(needs_x)
+        w = w.detach().requires_grad_()
+        b = b.detach().requires_grad_()
+        y = conv(x, w, b)
+        return torch.autograd.grad(y, (x, w, b) if needs_x else (w, b), dy)
+
+    return run
+
+
+def time_ms(fn, data, device, warmup, reps):
+    for i in range(warmup):
+        fn(*data[i % len(data)])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        times = []
+        for i in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(*data[i % len(data)])
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times)
+    times = []
+    for i in range(reps):
+        start = time.perf_counter()
+        fn(*data[i % len(data)])
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def error(fn, data, step, images=8):
+    """Worst relative L2 error, over the step's outputs, against float64 on `images` images."""
+    x, w, b, dy = (t[:images] if t.dim() == 4 and i != 1 else t for i, t in enumerate(data[0]))
+    got = fn(x, w, b, dy)
+    got = (got,) if isinstance(got, torch.Tensor) else got
+    ref = step_fn(lambda x, w, b: F.conv2d(x, w, b, stride=4, padding=2), step)(
+        *(t.double() for t in (x, w, b, dy)))
+    ref = (ref,) if isinstance(ref, torch.Tensor) else ref
+    return max(((g.double() - r).norm() / r.norm()).item() for g, r in zip(got, ref))
+
+
+def cases(device, batches, quick, c_outs):
+    dtypes = [torch.float32, torch.bfloat16, torch.float16] if device.type == "cuda" else [torch.float32]
+    steps = ["fwd", "fwd+bwd(w,b)", "fwd+bwd(x,w,b)"]
+    for n in batches:
+        for c_out in c_outs:
+            for dtype in dtypes:
+                for step in steps:
+                    headline = n == 256 and c_out == 96
+                    if quick and not headline:
+                        continue
+                    yield n, c_out, dtype, step
+
+
+def variants(device, dtype, quick):
+    """(label, conv, settings, channels_last) for alexop and the baselines."""
+    op = alexop.conv11s4
+    ref = lambda x, w, b: F.conv2d(x, w, b, stride=4, padding=2)  # noqa: E731
+    if device.type == "cpu":
+        yield "alexop", op, {}, False
+        yield "ATen (oneDNN) NCHW", ref, {}, False
+        yield "ATen (oneDNN) NHWC", ref, {}, True
+        return
+    if dtype == torch.float32:
+        yield "alexop fp32 (default, fp32-accurate)", op, {"precision": "highest"}, False
+        yield "alexop fp32 NHWC in", op, {"precision": "highest"}, True
+        yield "alexop TF32 (precision=high)", op, {"precision": "high"}, False
+        for tf32 in (True, False):
+            for bench in ((False, True) if not quick else (False,)):
+                yield f"cuDNN NCHW tf32={int(tf32)} bench={int(bench)}", ref, {"tf32": tf32, "benchmark": bench}, False
+        yield "cuDNN NHWC tf32=1", ref, {"tf32": True}, True
+        yield "cuDNN NHWC tf32=0", ref, {"tf32": False}, True
+        if not quick:
+            yield "torch.compile F.conv2d (tf32=1)", torch.compile(ref), {"tf32": True}, False
+    else:
+        yield "alexop", op, {}, False
+        yield "alexop NHWC in", op, {}, True
+        yield "cuDNN NCHW", ref, {}, False
+        yield "cuDNN NHWC", ref, {}, True
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return
+    groups = {}
+    for r in rows:
+        key = f"N={r['batch']} K={r['c_out']} {r['dtype']} {r['step']}"
+        entry = groups.setdefault(key, {"alexop": None, "best baseline": None})
+        slot = "alexop" if r["impl"].startswith("alexop") else "best baseline"
+        if r["impl"].startswith("alexop TF32") or "NHWC in" in r["impl"]:
+            continue
+        if entry[slot] is None or r["ms"] < entry[slot]:
+            entry[slot] = r["ms"]
+    keys = [k for k, v in groups.items() if None not in v.values()]
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(keys) + 1.5))
+    ys = range(len(keys))
+    ax.barh([y + 0.2 for y in ys], [groups[k]["best baseline"] for k in keys], height=0.4, label="fastest PyTorch baseline")
+    ax.barh([y - 0.2 for y in ys], [groups[k]["alexop"] for k in keys], height=0.4, label="alexop (default precision)")
+    ax.set_yticks(list(ys), keys, fontsize=7)
+    ax.set_xlabel("median time (ms)")
+    ax.set_xscale("log")
+    ax.legend()
+    ax.set_title(rows[0]["device_name"] if rows else "")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batches", type=int, nargs="+")
+    parser.add_argument("--c-out", type=int, nargs="+", default=[96])
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="only the batch-256, 96-filter rows")
+    parser.add_argument("--out", default="bench_results")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    batches = args.batches or ([1, 32, 128, 256, 512] if device.type == "cuda" else [8, 32])
+    if args.quick and device.type == "cuda":
+        batches = [256]
+    env = {
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+    }
+    rows = []
+    todo = [(c, v) for c in cases(device, batches, args.quick, args.c_out) for v in variants(device, c[2], args.quick)]
+    for (n, c_out, dtype, step), (label, conv, conf, channels_last) in tqdm(todo, desc="bench"):
+        data = make_data(n, c_out, dtype, device, channels_last, sets=3 if device.type == "cuda" else 1, seed=n)
+        fn = step_fn(conv, step)
+        with settings(**conf):
+            ms = time_ms(fn, data, device, args.warmup, args.reps if device.type == "cuda" else max(3, args.reps // 10))
+            err = error(fn, data, step)
+        rows.append({**env, "batch": n, "c_out": c_out, "dtype": str(dtype).removeprefix("torch."), "step": step,
+                     "impl": label, "ms": ms, "rel_l2": err})
+        del data
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(rows, indent=1))
+    plot(rows, out / "bench.png")
+
+    print(f"\n{env['device_name']}, torch {env['torch']}, cuDNN {env['cudnn']}; 3->C_out, 224x224, pad 2; median ms")
+    print(f"{'N':>4} {'K':>3} {'dtype':<9} {'step':<15} {'implementation':<40} {'ms':>8} {'rel L2':>9}")
+    for r in rows:
+        print(f"{r['batch']:>4} {r['c_out']:>3} {r['dtype']:<9} {r['step']:<15} {r['impl']:<40} {r['ms']:>8.3f} {r['rel_l2']:>9.1e}")
+
+
+if __name__ == "__main__":
+    main()

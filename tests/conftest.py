@@ -1,0 +1,60 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+import alexop  # noqa: F401  (registers torch.ops.alexop)
+
+CUDA = torch.cuda.is_available()
+
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
+
+# Relative L2 error allowed against the float64 reference, per dtype.
+REL_L2 = {
+    torch.float64: 1e-12,
+    torch.float32: 1e-5,
+    torch.float16: 2e-3,
+    torch.bfloat16: 1e-2,
+}
+
+
+def reference(x, w, b=None, padding=2):
+    """F.conv2d in float64 on the CPU: the specification of conv11s4."""
+    return F.conv2d(
+        x.detach().double().cpu(),
+        w.detach().double().cpu(),
+        None if b is None else b.detach().double().cpu(),
+        stride=4,
+        padding=padding,
+    )
+
+
+def rel_l2(out, ref):
+    out = out.detach().double().cpu()
+    ref = ref.detach().double().cpu()
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def assert_matches(out, ref, dtype):
+    """out (any dtype/device) against a float64 reference: finite, same shape, within REL_L2."""
+    assert out.shape == ref.shape
+    assert torch.isfinite(out).all()
+    if ref.numel() == 0:
+        return
+    err = rel_l2(out, ref)
+    assert err <= REL_L2[dtype], f"relative L2 error {err:.3g} > {REL_L2[dtype]:.1g} for {dtype}"
+    if dtype in (torch.float32, torch.float64):
+        tol = 1e-4 if dtype == torch.float32 else 1e-10
+        torch.testing.assert_close(out.detach().double().cpu(), ref, atol=tol, rtol=tol)
+
+
+def make_inputs(n, c_in, c_out, h, w, dtype=torch.float32, device="cpu", bias=True, seed=0):
+    """Random inputs scaled like a real first layer: U[0,1) images, nn.Conv2d-style weights."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, c_in, h, w, generator=g, dtype=torch.float64)
+    bound = (c_in * 121) ** -0.5
+    wt = (torch.rand(c_out, c_in, 11, 11, generator=g, dtype=torch.float64) * 2 - 1) * bound
+    b = (torch.rand(c_out, generator=g, dtype=torch.float64) * 2 - 1) * bound if bias else None
+    cast = lambda t: None if t is None else t.to(device=device, dtype=dtype)  # noqa: E731
+    return cast(x), cast(wt), cast(b)
