@@ -31,9 +31,12 @@ struct Geometry {
   int64_t cols() const { return P * Q; }
   // Output positions q whose input column 4q + s - pad lies inside [0, W).
   std::pair<int64_t, int64_t> valid_q(int64_t s) const {
-    const int64_t lo = std::max<int64_t>(0, (pad - s + kStride - 1) / kStride);
-    const int64_t hi =
-        std::min<int64_t>(Q, (W - 1 + pad - s) / kStride + 1);  // exclusive
+    const int64_t first = s - pad, last = W - 1 + pad - s;  // iw = 4q + first
+    if (last < 0) {
+      return {0, 0};
+    }
+    const int64_t lo = first >= 0 ? 0 : (-first + kStride - 1) / kStride;
+    const int64_t hi = std::min<int64_t>(Q, last / kStride + 1);  // exclusive
     return {std::min(lo, hi), hi};
   }
 };
