@@ -62,6 +62,29 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight(
 
 namespace {
 
+// Integers reach messages as strings made here, never streamed by c10::str:
+// extensions built against torch 2.11 with GCC 13 crash (SIGSEGV in the
+// num_put facet) when an integer is streamed into a TORCH_CHECK message. Seen
+// on the GPU machine with a minimal load_inline extension too.
+std::string str(int64_t v) {
+  return std::to_string(v);
+}
+
+std::string str(const c10::SymInt& v) {
+  if (const auto i = v.maybe_as_int()) {
+    return std::to_string(*i);
+  }
+  return v.toSymNode()->str();
+}
+
+std::string str(c10::SymIntArrayRef v) {
+  std::string out = "[";
+  for (const auto i : c10::irange(v.size())) {
+    out += (i ? ", " : "") + str(v[i]);
+  }
+  return out + "]";
+}
+
 // (H + 2p - 11) / 4 + 1; callers have checked H + 2p >= 11, so the division
 // of a non-negative SymInt is a floor.
 c10::SymInt output_extent(const c10::SymInt& in, int64_t padding) {
@@ -72,7 +95,8 @@ void check_4d(const char* op, const char* name, const char* layout,
               const at::Tensor& t) {
   TORCH_CHECK(
       t.dim() == 4, op, ": expected ", name, " to be a 4-d tensor ", layout,
-      ", but got a ", t.dim(), "-d tensor of shape ", t.sym_sizes());
+      ", but got a ", str(t.dim()), "-d tensor of shape ",
+      str(t.sym_sizes()));
 }
 
 void check_same(const char* op, const char* name, const at::Tensor& t,
@@ -89,14 +113,15 @@ void check_same(const char* op, const char* name, const at::Tensor& t,
 
 void check_padding(const char* op, int64_t padding) {
   TORCH_CHECK(
-      padding >= 0, op, ": expected padding >= 0, but got ", padding);
+      padding >= 0, op, ": expected padding >= 0, but got ", str(padding));
 }
 
 void check_extent(const char* op, const char* what, const c10::SymInt& in,
                   int64_t padding) {
   TORCH_CHECK(
       in + 2 * padding >= kKernelSize, op, ": the padded input ", what, " (",
-      in, " + 2 * padding ", padding, ") must be at least the kernel size 11");
+      str(in), " + 2 * padding ", str(padding),
+      ") must be at least the kernel size 11");
 }
 
 void check_weight(const char* op, const at::Tensor& weight,
@@ -105,15 +130,15 @@ void check_weight(const char* op, const at::Tensor& weight,
   TORCH_CHECK(
       weight.sym_size(2) == kKernelSize && weight.sym_size(3) == kKernelSize,
       op, ": expected an 11x11 weight of shape (C_out, C_in, 11, 11), but got ",
-      "shape ", weight.sym_sizes());
+      "shape ", str(weight.sym_sizes()));
   TORCH_CHECK(
       weight.sym_size(0) >= 1, op,
       ": expected at least one output channel, but weight has shape ",
-      weight.sym_sizes());
+      str(weight.sym_sizes()));
   TORCH_CHECK(
       weight.sym_size(1) == in_channels, op, ": weight of shape ",
-      weight.sym_sizes(), " expects ", weight.sym_size(1),
-      " input channels, but the input has ", in_channels);
+      str(weight.sym_sizes()), " expects ", str(weight.sym_size(1)),
+      " input channels, but the input has ", str(in_channels));
 }
 
 void check_floating(const char* op, const at::Tensor& t) {
@@ -136,14 +161,14 @@ std::array<c10::SymInt, 4> check_conv11s4(
   TORCH_CHECK(
       input.sym_size(1) >= 1, op,
       ": expected at least one input channel, but the input has shape ",
-      input.sym_sizes());
+      str(input.sym_sizes()));
   check_weight(op, weight, input.sym_size(1));
   check_same(op, "weight", weight, "input", input);
   if (bias.has_value() && bias->defined()) {
     TORCH_CHECK(
         bias->dim() == 1 && bias->sym_size(0) == weight.sym_size(0), op,
-        ": expected bias of shape (C_out,) = (", weight.sym_size(0),
-        ",), but got shape ", bias->sym_sizes());
+        ": expected bias of shape (C_out,) = (", str(weight.sym_size(0)),
+        ",), but got shape ", str(bias->sym_sizes()));
     check_same(op, "bias", *bias, "input", input);
   }
   check_padding(op, padding);
@@ -165,7 +190,7 @@ void check_conv11s4_backward_input(
   check_floating(op, grad_output);
   TORCH_CHECK(
       input_size.size() == 4, op,
-      ": expected input_size to be (N, C, H, W), but got ", input_size);
+      ": expected input_size to be (N, C, H, W), but got ", str(input_size));
   check_weight(op, weight, input_size[1]);
   check_same(op, "weight", weight, "grad_output", grad_output);
   check_padding(op, padding);
@@ -178,8 +203,9 @@ void check_conv11s4_backward_input(
   for (const auto d : c10::irange(4)) {
     TORCH_CHECK(
         grad_output.sym_size(d) == expected[d], op, ": expected grad_output ",
-        "of shape ", c10::SymIntArrayRef(expected, 4), " for an input of size ",
-        input_size, ", but got ", grad_output.sym_sizes());
+        "of shape ", str(c10::SymIntArrayRef(expected, 4)),
+        " for an input of size ", str(input_size), ", but got ",
+        str(grad_output.sym_sizes()));
   }
 }
 
@@ -195,7 +221,8 @@ std::array<c10::SymInt, 4> check_conv11s4_backward_weight(
   TORCH_CHECK(
       input.sym_size(1) >= 1 && grad_output.sym_size(1) >= 1, op,
       ": expected at least one input and one output channel, but got input ",
-      input.sym_sizes(), " and grad_output ", grad_output.sym_sizes());
+      str(input.sym_sizes()), " and grad_output ",
+      str(grad_output.sym_sizes()));
   check_padding(op, padding);
   check_extent(op, "height", input.sym_size(2), padding);
   check_extent(op, "width", input.sym_size(3), padding);
@@ -206,8 +233,9 @@ std::array<c10::SymInt, 4> check_conv11s4_backward_weight(
   for (const auto d : c10::irange(4)) {
     TORCH_CHECK(
         grad_output.sym_size(d) == expected[d], op, ": expected grad_output ",
-        "of shape ", c10::SymIntArrayRef(expected, 4), " for an input of ",
-        "shape ", input.sym_sizes(), ", but got ", grad_output.sym_sizes());
+        "of shape ", str(c10::SymIntArrayRef(expected, 4)),
+        " for an input of shape ", str(input.sym_sizes()), ", but got ",
+        str(grad_output.sym_sizes()));
   }
   return {grad_output.sym_size(1), input.sym_size(1), kKernelSize, kKernelSize};
 }
