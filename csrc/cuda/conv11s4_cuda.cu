@@ -4,7 +4,9 @@
 // are built for.
 
 #include "../conv11s4.h"
+#include "fast_kernels.h"
 
+#include <ATen/Context.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -29,6 +31,24 @@ unsigned int blocks_for(int64_t total) {
       at::cuda::getCurrentDeviceProperties()->multiProcessorCount * per_sm;
   return static_cast<unsigned int>(
       std::max<int64_t>(1, std::min((total + kThreads - 1) / kThreads, cap)));
+}
+
+// float32 is computed to full fp32 accuracy unless the user opted into TF32
+// through PyTorch's knob for float32 matrix products, which is the same
+// convention as torch.matmul (and stricter than cuDNN's default).
+cuda::Fp32Math fp32_math() {
+  return at::globalContext().float32MatmulPrecision() ==
+          at::Float32MatmulPrecision::HIGHEST
+      ? cuda::Fp32Math::kAccurate
+      : cuda::Fp32Math::kTf32;
+}
+
+// The tensor-core kernels take NCHW or channels_last inputs as they are.
+at::Tensor dense_input(const at::Tensor& input) {
+  return input.is_contiguous() ||
+          input.is_contiguous(at::MemoryFormat::ChannelsLast)
+      ? input
+      : input.contiguous();
 }
 
 struct Shape {
@@ -177,10 +197,16 @@ at::Tensor conv11s4_cuda(
   if (output.numel() == 0) {
     return output;
   }
-  const auto x = input.contiguous();
   const auto w = weight.contiguous();
   const bool has_bias = bias_opt.has_value() && bias_opt->defined();
   const auto b = has_bias ? bias_opt->contiguous() : at::Tensor();
+  if (cuda::conv11s4_forward_fast(
+          dense_input(input), w,
+          has_bias ? std::optional<at::Tensor>(b) : std::nullopt, padding,
+          fp32_math(), output)) {
+    return output;
+  }
+  const auto x = input.contiguous();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "conv11s4_cuda", [&] {
         forward_kernel<scalar_t>
@@ -243,8 +269,13 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
   auto grad_weight = at::empty(
       {s.K, s.C, kKernelSize, kKernelSize}, input.options());
   auto grad_bias = at::empty({bias_grad ? s.K : 0}, input.options());
-  const auto x = input.contiguous();
   const auto gy = grad_output.contiguous();
+  if (cuda::conv11s4_backward_weight_fast(
+          gy, dense_input(input), padding, fp32_math(), grad_weight,
+          bias_grad ? std::optional<at::Tensor>(grad_bias) : std::nullopt)) {
+    return {grad_weight, grad_bias};
+  }
+  const auto x = input.contiguous();
   // An empty batch still launches: its blocks write the zero gradients.
   const int64_t blocks = grad_weight.numel() + grad_bias.numel();
   AT_DISPATCH_FLOATING_TYPES_AND2(

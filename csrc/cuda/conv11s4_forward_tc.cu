@@ -1,0 +1,604 @@
+// Tensor-core forward of the 11x11 stride-4 convolution (AlexNet conv1).
+//
+// Implicit GEMM: M = output pixels of one image (flattened p*Q+q, so a tile
+// of M is a contiguous range of every output channel's NCHW plane), N = out
+// channels, reduction k = (c, r, s) = 363 padded to 368.
+//
+// Each persistent CTA keeps the whole weight operand resident in shared
+// memory (pre-arranged in mma fragment order by a small prep kernel, so one
+// 16-byte load feeds two n8 tiles) and loops over tiles of 256 output
+// pixels. For each tile it copies the input rows the tile touches into a
+// zero-bordered patch in shared memory (the border is the convolution's
+// padding), and warps gather A fragments straight from the patch through a
+// k -> c*cstr + r*rstr + s*sstr offset table: no im2col buffer anywhere.
+// The patch keeps the input's layout (NCHW or channels_last), so each input
+// row is one contiguous cp.async copy; only the strides in the table differ.
+//
+// Pipelining: 16-bit types double-buffer the patch (the next tile's copy
+// overlaps this tile's MMAs); fp32 has room for one buffer only (141 KB of
+// resident weights), so its next copy overlaps just the epilogue stores.
+//
+// Limits (returns false): C != 3, K > 96 (fp32) / K > 128 (16-bit), or a
+// patch that does not fit shared memory (fp32 W beyond ~480, 16-bit beyond
+// ~830 at the headline K; also fp32 K = 96 on parts with < 227 KB of smem,
+// e.g. A100). Padded reduction slots read finite patch words against zero
+// weights, so an Inf/NaN input can reach outputs whose window excludes it.
+//
+// fp32: mma.sync m16n8k8 TF32; Fp32Math::kAccurate splits both operands into
+// tf32 big + small on the fly and sums small*big + big*small + big*big
+// (3xTF32, fp32-level accuracy). bf16/fp16: m16n8k16 with fp32 accumulation.
+// mma.sync runs on sm_80 and sm_90 alike, so one source serves both targets.
+
+#include "fast_kernels.h"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace alexop::cuda {
+namespace {
+
+constexpr int kC = 3;        // only the RGB first layer is specialised
+constexpr int kR = 11;
+constexpr int kKred = kC * kR * kR;  // 363
+constexpr int kKpad = 368;           // multiple of 8 and of 16
+constexpr int kKtab = kKpad + 32;    // offset table incl. look-ahead slack
+// 8 pixel jobs of 32 px; kNSplit warps share a job, each taking 1/kNSplit of
+// the channels. kNSplit = 2 (16 warps) measured 5-15% slower on H200 than 1:
+// the doubled A-gather traffic outweighs the extra latency hiding.
+constexpr int kMJobs = 8;
+constexpr int kNSplit = 1;
+constexpr int kThreads = 32 * kMJobs * kNSplit;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxK = 128;
+
+// kHalfP: 16-bit NCHW with an even column shift. The reduction runs over
+// (c, r, s) with s padded 11 -> 12, so each (k, k+1) operand pair is one
+// aligned 32-bit patch word: half the gather loads of kHalf for 8.7% more MMA.
+enum Mode : int { kX3 = 0, kTF = 1, kHalf = 2, kHalfP = 3 };
+constexpr int kKredP = kC * kR * 12;  // 396
+constexpr int kKpadP = 400;
+
+struct Params {
+  const void* x;
+  const uint4* wfrag;
+  const void* bias;  // may be null
+  void* y;
+  int N, H, W, K, P, Q, pad;
+  int PQ, tiles_per_img, total_tiles, MT;
+  int PW, CS, PADL, shift, wcopy;
+  int nhwc, vec;
+  // element strides of (channel, row, column) inside the patch: the patch
+  // keeps the input's own layout, only the gather tables differ
+  int cstr, rstr, sstr;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+__device__ __forceinline__ uint32_t to_tf32(float f) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
+  return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <typename T>
+__device__ __forceinline__ void mma_16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                       uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+template <typename T> __device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
+template <> __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+template <typename T> __device__ __forceinline__ T from_f(float v) { return static_cast<T>(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
+
+template <int MODE> __host__ __device__ constexpr int ksteps() {
+  return MODE == kHalfP ? kKpadP / 16 : MODE == kHalf ? kKpad / 16 : kKpad / 8;
+}
+template <int MODE, int NT8> __host__ __device__ constexpr int wfrag_bytes() { return ksteps<MODE>() * (NT8 / 2) * 32 * 16; }
+
+// Weights in fragment order: entry (ks, jj, lane) is a uint4 holding the B
+// fragments of n8 tiles 2jj and 2jj+1 for that lane, so the hot loop reads B
+// with conflict-free 16-byte loads and no index math.
+template <typename T, int MODE, int NT8>
+__global__ void prep_weights_kernel(const T* __restrict__ w, int K, uint32_t* __restrict__ out) {
+  constexpr int KS = ksteps<MODE>();
+  const int total = KS * (NT8 / 2) * 32;
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= total) return;
+  const int lane = idx & 31, rest = idx >> 5;
+  const int jj = rest % (NT8 / 2), ks = rest / (NT8 / 2);
+  const int g = lane >> 2, t = lane & 3;
+  auto val = [&](int k, int n) -> float {
+    if constexpr (MODE == kHalfP) {
+      const int row = k / 12, s = k - row * 12;
+      return (row < kC * kR && s < kR && n < K) ? to_f(w[(size_t)n * kKred + row * kR + s]) : 0.f;
+    }
+    return (k < kKred && n < K) ? to_f(w[(size_t)n * kKred + k]) : 0.f;
+  };
+  uint32_t v[4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int n = (2 * jj + h) * 8 + g;
+    if constexpr (MODE == kHalf || MODE == kHalfP) {
+      const int k = ks * 16 + 2 * t;
+      T lo0 = from_f<T>(val(k, n)), hi0 = from_f<T>(val(k + 1, n));
+      T lo1 = from_f<T>(val(k + 8, n)), hi1 = from_f<T>(val(k + 9, n));
+      v[2 * h] = (uint32_t)(*reinterpret_cast<uint16_t*>(&lo0)) |
+                 ((uint32_t)(*reinterpret_cast<uint16_t*>(&hi0)) << 16);
+      v[2 * h + 1] = (uint32_t)(*reinterpret_cast<uint16_t*>(&lo1)) |
+                     ((uint32_t)(*reinterpret_cast<uint16_t*>(&hi1)) << 16);
+    } else {
+      const int k = ks * 8 + t;
+      float f0 = val(k, n), f1 = val(k + 4, n);
+      if constexpr (MODE == kTF) {
+        v[2 * h] = to_tf32(f0);
+        v[2 * h + 1] = to_tf32(f1);
+      } else {  // 3xTF32 splits in the hot loop: smem holds full fp32
+        v[2 * h] = __float_as_uint(f0);
+        v[2 * h + 1] = __float_as_uint(f1);
+      }
+    }
+  }
+  reinterpret_cast<uint4*>(out)[idx] = make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+struct TileGeom {
+  int n, m0, mend, p_lo, rows_in, h0;
+};
+__device__ __forceinline__ TileGeom tile_geom(const Params& p, int tile) {
+  TileGeom tg;
+  tg.n = tile / p.tiles_per_img;
+  tg.m0 = (tile - tg.n * p.tiles_per_img) * p.MT;
+  tg.mend = min(tg.m0 + p.MT, p.PQ);
+  tg.p_lo = tg.m0 / p.Q;
+  const int p_hi = (tg.mend - 1) / p.Q;
+  tg.rows_in = 4 * (p_hi - tg.p_lo) + kR;
+  tg.h0 = 4 * tg.p_lo - p.pad;
+  return tg;
+}
+
+// Copies the input rows of one tile into the patch interior; columns outside
+// [PADL, PADL + wcopy) were zeroed once and are never written again.
+template <typename T>
+__device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, T* patch, int warp,
+                                           int lane) {
+  const T* x = static_cast<const T*>(p.x);
+  if (!p.nhwc) {
+    const int nrows = kC * tg.rows_in;
+    for (int ri = warp; ri < nrows; ri += kWarps) {
+      const int c = ri / tg.rows_in, i = ri - c * tg.rows_in;
+      const int h = tg.h0 + i;
+      T* dst = patch + c * p.CS + i * p.PW + p.PADL;
+      if (h < 0 || h >= p.H) {
+        for (int w = lane; w < p.wcopy; w += 32) dst[w] = from_f<T>(0.f);
+        continue;
+      }
+      const T* src = x + ((size_t)(tg.n * kC + c) * p.H + h) * p.W;
+      if (p.vec) {
+        constexpr int V = 16 / sizeof(T);
+        for (int v = lane; v < p.wcopy / V; v += 32) cp_async16(dst + v * V, src + v * V);
+      } else if constexpr (sizeof(T) == 4) {
+        for (int w = lane; w < p.wcopy; w += 32) cp_async4(dst + w, src + w);
+      } else {
+        for (int w = lane; w < p.wcopy; w += 32) dst[w] = src[w];
+      }
+    }
+  } else {
+    // channels_last: the patch is NHWC too, so an input row (W*C contiguous
+    // elements) is one contiguous copy.
+    const int ne = p.wcopy * kC;
+    for (int i = warp; i < tg.rows_in; i += kWarps) {
+      const int h = tg.h0 + i;
+      T* dst = patch + i * p.rstr + p.PADL * kC;
+      if (h < 0 || h >= p.H) {
+        for (int e = lane; e < ne; e += 32) dst[e] = from_f<T>(0.f);
+        continue;
+      }
+      const T* src = x + ((size_t)tg.n * p.H + h) * p.W * kC;
+      if (p.vec) {
+        constexpr int V = 16 / sizeof(T);
+        for (int v = lane; v < ne / V; v += 32) cp_async16(dst + v * V, src + v * V);
+      } else if constexpr (sizeof(T) == 4) {
+        for (int e = lane; e < ne; e += 32) cp_async4(dst + e, src + e);
+      } else {
+        for (int e = lane; e < ne; e += 32) dst[e] = src[e];
+      }
+    }
+  }
+}
+
+template <typename T, int MODE, int NT8, int NBUF>
+__global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Params p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int KS = ksteps<MODE>();
+  constexpr int WB = wfrag_bytes<MODE, NT8>();
+  constexpr int NJ = NT8 / 2;
+  constexpr int NTW = NT8 / kNSplit;  // n8 tiles per warp
+  constexpr int NJW = NTW / 2;  // fragment pairs per warp
+  const uint4* ws = reinterpret_cast<const uint4*>(smem);
+  int* offk = reinterpret_cast<int*>(smem + WB);
+  float* sbias = reinterpret_cast<float*>(smem + WB + kKtab * 4);
+  T* patch0 = reinterpret_cast<T*>(smem + WB + kKtab * 4 + kMaxK * 4);
+  const int buf_elems = kC * p.CS;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+
+  for (int i = tid; i < WB / 16; i += kThreads)
+    cp_async16(reinterpret_cast<uint4*>(smem) + i, p.wfrag + i);
+  for (int k = tid; k < kKtab; k += kThreads) {
+    int v = 0;  // padded k: weight is zero, any finite patch word will do
+    if constexpr (MODE == kHalfP) {
+      // entry u = word offset of the pair (k, k+1) = (2u, 2u+1)
+      const int row = (2 * k) / 12, s = 2 * k - row * 12;
+      const int c = row / kR, r = row - c * kR;
+      if (row < kC * kR) v = (c * p.cstr + r * p.rstr + s) / 2;
+    } else if (k < kKred) {
+      const int c = k / (kR * kR), rr = k - c * kR * kR, r = rr / kR, s = rr - r * kR;
+      v = c * p.cstr + r * p.rstr + s * p.sstr;
+    }
+    offk[k] = v;
+  }
+  for (int k = tid; k < kMaxK; k += kThreads)
+    sbias[k] = (p.bias != nullptr && k < p.K) ? to_f(static_cast<const T*>(p.bias)[k]) : 0.f;
+  {
+    uint32_t* pz = reinterpret_cast<uint32_t*>(patch0);
+    const int words = NBUF * buf_elems * (int)sizeof(T) / 4;
+    for (int i = tid; i < words; i += kThreads) pz[i] = 0u;
+  }
+  __syncthreads();  // zeros in place before any copy lands on top of them
+
+  int tile = blockIdx.x;
+  int buf = 0;
+  if (tile < p.total_tiles) load_patch<T>(p, tile_geom(p, tile), patch0, warp, lane);
+  cp_async_commit();
+
+  for (; tile < p.total_tiles; tile += gridDim.x) {
+    cp_async_wait_all();
+    __syncthreads();
+    const TileGeom tg = tile_geom(p, tile);
+    const int next = tile + gridDim.x;
+    if constexpr (NBUF == 2) {
+      if (next < p.total_tiles)
+        load_patch<T>(p, tile_geom(p, next), patch0 + (buf ^ 1) * buf_elems, warp, lane);
+      cp_async_commit();
+    }
+
+    const int mjob = warp & (kMJobs - 1), nh = warp / kMJobs;
+    const int mj = tg.m0 + mjob * 32;  // this warp's 32 pixels
+    const bool active = (mjob * 32 < p.MT) && (mj < tg.mend);
+    float acc[2][NTW][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+      for (int j = 0; j < NTW; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[a][j][e] = 0.f;
+
+    if (active) {
+      int pm[2][2];  // patch offsets of rows g and g+8 of both m16 tiles
+#pragma unroll
+      for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          int m = min(mj + a * 16 + hh * 8 + g, tg.mend - 1);  // clamp keeps reads in loaded rows
+          const int pp = m / p.Q, qq = m - pp * p.Q;
+          pm[a][hh] = 4 * p.rstr * (pp - tg.p_lo) + (4 * qq + p.shift) * p.sstr;
+        }
+      const T* P = patch0 + buf * buf_elems;
+      // Operands for step ks+1 (and table offsets for ks+2) are fetched
+      // before the MMAs of step ks, so the two dependent shared-memory loads
+      // (table, then gather) overlap the tensor-core work of two warps/SMSP.
+      if constexpr (MODE == kHalfP) {
+#pragma unroll
+        for (int a = 0; a < 2; ++a)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) pm[a][hh] >>= 1;  // element -> word offset (even by construction)
+      }
+      if constexpr (MODE != kHalf) {
+        const float* Pf = reinterpret_cast<const float*>(P);
+        int o0 = offk[t], o1 = offk[t + 4];
+        float af[2][4];
+#pragma unroll
+        for (int a = 0; a < 2; ++a) {
+          af[a][0] = Pf[pm[a][0] + o0]; af[a][1] = Pf[pm[a][1] + o0];
+          af[a][2] = Pf[pm[a][0] + o1]; af[a][3] = Pf[pm[a][1] + o1];
+        }
+        o0 = offk[8 + t]; o1 = offk[12 + t];
+#pragma unroll 2
+        for (int ks = 0; ks < KS; ++ks) {
+          float an[2][4];
+#pragma unroll
+          for (int a = 0; a < 2; ++a) {
+            an[a][0] = Pf[pm[a][0] + o0]; an[a][1] = Pf[pm[a][1] + o0];
+            an[a][2] = Pf[pm[a][0] + o1]; an[a][3] = Pf[pm[a][1] + o1];
+          }
+          o0 = offk[(ks + 2) * 8 + t]; o1 = offk[(ks + 2) * 8 + t + 4];
+          uint32_t ab[2][4], as[2][4];
+#pragma unroll
+          for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              if constexpr (MODE == kHalfP) {
+                ab[a][e] = __float_as_uint(af[a][e]);  // already a packed bf16/f16 pair
+              } else {
+                ab[a][e] = to_tf32(af[a][e]);
+              }
+              if constexpr (MODE == kX3) as[a][e] = to_tf32(af[a][e] - __uint_as_float(ab[a][e]));
+            }
+#pragma unroll
+          for (int jj = 0; jj < NJW; ++jj) {
+            const uint4 b = ws[(ks * NJ + nh * NJW + jj) * 32 + lane];
+            const uint32_t braw[2][2] = {{b.x, b.y}, {b.z, b.w}};
+            if constexpr (MODE == kX3) {
+              uint32_t bb[2][2], bs[2][2];
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  bb[hh][e] = to_tf32(__uint_as_float(braw[hh][e]));
+                  bs[hh][e] = to_tf32(__uint_as_float(braw[hh][e]) - __uint_as_float(bb[hh][e]));
+                }
+              // pass-major order: the three products into one accumulator
+              // are 4 independent MMAs apart instead of back to back
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+                  mma_tf32(acc[a][2 * jj + hh], as[a][0], as[a][1], as[a][2], as[a][3], bb[hh][0], bb[hh][1]);
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+                  mma_tf32(acc[a][2 * jj + hh], ab[a][0], ab[a][1], ab[a][2], ab[a][3], bs[hh][0], bs[hh][1]);
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+                  mma_tf32(acc[a][2 * jj + hh], ab[a][0], ab[a][1], ab[a][2], ab[a][3], bb[hh][0], bb[hh][1]);
+            } else if constexpr (MODE == kHalfP) {
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+                  mma_16<T>(acc[a][2 * jj + hh], ab[a][0], ab[a][1], ab[a][2], ab[a][3], braw[hh][0], braw[hh][1]);
+            } else {
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+                  mma_tf32(acc[a][2 * jj + hh], ab[a][0], ab[a][1], ab[a][2], ab[a][3], braw[hh][0], braw[hh][1]);
+            }
+          }
+#pragma unroll
+          for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) af[a][e] = an[a][e];
+        }
+      } else {
+        const uint16_t* Ph = reinterpret_cast<const uint16_t*>(P);
+        const int2* offk2 = reinterpret_cast<const int2*>(offk);
+        int2 olo = offk2[t], ohi = offk2[t + 4];
+        uint32_t af[2][4];
+#pragma unroll
+        for (int a = 0; a < 2; ++a) {
+          af[a][0] = (uint32_t)Ph[pm[a][0] + olo.x] | ((uint32_t)Ph[pm[a][0] + olo.y] << 16);
+          af[a][1] = (uint32_t)Ph[pm[a][1] + olo.x] | ((uint32_t)Ph[pm[a][1] + olo.y] << 16);
+          af[a][2] = (uint32_t)Ph[pm[a][0] + ohi.x] | ((uint32_t)Ph[pm[a][0] + ohi.y] << 16);
+          af[a][3] = (uint32_t)Ph[pm[a][1] + ohi.x] | ((uint32_t)Ph[pm[a][1] + ohi.y] << 16);
+        }
+        olo = offk2[8 + t]; ohi = offk2[12 + t];
+#pragma unroll 2
+        for (int ks = 0; ks < KS; ++ks) {
+          uint16_t rn[2][8];
+#pragma unroll
+          for (int a = 0; a < 2; ++a) {
+            rn[a][0] = Ph[pm[a][0] + olo.x]; rn[a][1] = Ph[pm[a][0] + olo.y];
+            rn[a][2] = Ph[pm[a][1] + olo.x]; rn[a][3] = Ph[pm[a][1] + olo.y];
+            rn[a][4] = Ph[pm[a][0] + ohi.x]; rn[a][5] = Ph[pm[a][0] + ohi.y];
+            rn[a][6] = Ph[pm[a][1] + ohi.x]; rn[a][7] = Ph[pm[a][1] + ohi.y];
+          }
+          olo = offk2[(ks + 2) * 8 + t]; ohi = offk2[(ks + 2) * 8 + t + 4];
+#pragma unroll
+          for (int jj = 0; jj < NJW; ++jj) {
+            const uint4 b = ws[(ks * NJ + nh * NJW + jj) * 32 + lane];
+#pragma unroll
+            for (int a = 0; a < 2; ++a) {
+              mma_16<T>(acc[a][2 * jj], af[a][0], af[a][1], af[a][2], af[a][3], b.x, b.y);
+              mma_16<T>(acc[a][2 * jj + 1], af[a][0], af[a][1], af[a][2], af[a][3], b.z, b.w);
+            }
+          }
+#pragma unroll
+          for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              af[a][e] = (uint32_t)rn[a][2 * e] | ((uint32_t)rn[a][2 * e + 1] << 16);
+        }
+      }
+    }
+
+    if constexpr (NBUF == 1) {
+      __syncthreads();  // every warp is done reading the patch
+      if (next < p.total_tiles) load_patch<T>(p, tile_geom(p, next), patch0, warp, lane);
+      cp_async_commit();
+    } else {
+      buf ^= 1;
+    }
+
+    // Epilogue straight from the accumulators: for one register, lanes with
+    // the same t write 8 consecutive pixels of one channel plane.
+    if (active) {
+      T* y = static_cast<T*>(p.y);
+#pragma unroll
+      for (int j = 0; j < NTW; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int ch = (nh * NTW + j) * 8 + 2 * t + e;
+          if (ch >= p.K) continue;
+          const float bv = sbias[ch];
+          T* yc = y + ((size_t)tg.n * p.K + ch) * p.PQ;
+#pragma unroll
+          for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const int m = mj + a * 16 + hh * 8 + g;
+              if (m < tg.mend) yc[m] = from_f<T>(acc[a][j][hh * 2 + e] + bv);
+            }
+        }
+      }
+    }
+  }
+}
+
+template <typename T, int MODE, int NT8, int NBUF>
+bool launch(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+            int pad, bool nhwc, const at::Tensor& output) {
+  const int N = input.size(0), H = input.size(2), W = input.size(3), K = weight.size(0);
+  const int P = (H + 2 * pad - kR) / 4 + 1, Q = (W + 2 * pad - kR) / 4 + 1;
+  const int align = 16 / (int)sizeof(T);
+  Params p{};
+  p.N = N; p.H = H; p.W = W; p.K = K; p.P = P; p.Q = Q; p.pad = pad;
+  p.PQ = P * Q;
+  p.PADL = (pad + align - 1) / align * align;
+  p.shift = p.PADL - pad;
+  // +1 column: kHalfP reads the zero-weight s = 11 partner of s = 10
+  p.PW = (4 * (Q - 1) + kR + 1 + p.shift + 7) / 8 * 8;
+  p.wcopy = std::min(W, p.PW - p.PADL);
+  p.nhwc = nhwc ? 1 : 0;
+  const int el = nhwc ? kC : 1;  // elements per pixel in a copied row
+  p.vec = (((W * el) % align) == 0 && ((p.wcopy * el) % align) == 0 &&
+           (reinterpret_cast<uintptr_t>(input.data_ptr()) % 16) == 0) ? 1 : 0;
+
+  int dev = input.get_device();
+  int max_smem = 0, num_sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
+  constexpr int WB = wfrag_bytes<MODE, NT8>();
+  const size_t fixed = WB + kKtab * 4 + kMaxK * 4;
+  size_t smem = 0;
+  int MT = 0;
+  for (int mt = 256; mt >= 32; mt /= 2) {
+    const int rows = std::min(P, (Q - 1 + mt - 1) / Q + 1);
+    const int ph = 4 * (rows - 1) + kR;
+    const int cs = ph * p.PW;
+    const size_t need = fixed + (size_t)NBUF * kC * cs * sizeof(T);
+    if (need <= (size_t)max_smem) {
+      MT = mt; smem = need; p.CS = cs;
+      p.cstr = nhwc ? 1 : cs;
+      p.rstr = nhwc ? kC * p.PW : p.PW;
+      p.sstr = nhwc ? kC : 1;
+      break;
+    }
+  }
+  if (MT == 0) return false;
+  p.MT = MT;
+  p.tiles_per_img = (p.PQ + MT - 1) / MT;
+  const int64_t total = (int64_t)N * p.tiles_per_img;
+  if (total > INT32_MAX) return false;
+  p.total_tiles = (int)total;
+
+  auto stream = at::cuda::getCurrentCUDAStream();
+  auto wbuf = at::empty({WB}, input.options().dtype(at::kByte));
+  {
+    const int nthreads = WB / 16;
+    prep_weights_kernel<T, MODE, NT8><<<(nthreads + 255) / 256, 256, 0, stream>>>(
+        static_cast<const T*>(weight.data_ptr()), K, static_cast<uint32_t*>(wbuf.data_ptr()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  p.x = input.data_ptr();
+  p.wfrag = static_cast<const uint4*>(wbuf.data_ptr());
+  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  p.y = output.data_ptr();
+
+  auto kern = conv11s4_fwd_tc_kernel<T, MODE, NT8, NBUF>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  const int grid = (int)std::min<int64_t>(total, num_sms);
+  kern<<<grid, kThreads, smem, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
+template <typename T, int MODE, int NBUF>
+bool dispatch_k(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                int pad, bool nhwc, const at::Tensor& output) {
+  const int K = weight.size(0);
+  if (K <= 64) return launch<T, MODE, 8, NBUF>(input, weight, bias, pad, nhwc, output);
+  if (K <= 96) return launch<T, MODE, 12, NBUF>(input, weight, bias, pad, nhwc, output);
+  if constexpr (MODE == kHalf || MODE == kHalfP) return launch<T, MODE, 16, NBUF>(input, weight, bias, pad, nhwc, output);
+  return false;  // fp32 weights for K > 96 leave too little shared memory for a patch
+}
+
+}  // namespace
+
+bool conv11s4_forward_fast(const at::Tensor& input, const at::Tensor& weight,
+                           const std::optional<at::Tensor>& bias, int64_t padding, Fp32Math math,
+                           const at::Tensor& output) {
+  if (input.dim() != 4 || weight.dim() != 4) return false;
+  if (input.size(1) != kC || weight.size(1) != kC || weight.size(2) != kR || weight.size(3) != kR) return false;
+  const int64_t N = input.size(0), H = input.size(2), W = input.size(3), K = weight.size(0);
+  if (N < 1 || K < 1 || K > kMaxK || padding < 0 || padding > 64) return false;
+  if (H > 16384 || W > 16384) return false;
+  if (H + 2 * padding < kR || W + 2 * padding < kR) return false;
+  const int64_t P = (H + 2 * padding - kR) / 4 + 1, Q = (W + 2 * padding - kR) / 4 + 1;
+  if (P * Q > INT32_MAX / 4) return false;
+  bool nhwc;
+  if (input.is_contiguous()) nhwc = false;
+  else if (input.is_contiguous(at::MemoryFormat::ChannelsLast)) nhwc = true;
+  else return false;
+  if (!output.is_contiguous()) return false;
+  const auto& prop = *at::cuda::getCurrentDeviceProperties();
+  if (prop.major < 8) return false;
+  c10::cuda::CUDAGuard guard(input.device());
+  const int pad = (int)padding;
+  switch (input.scalar_type()) {
+    case at::kFloat:
+      if (math == Fp32Math::kAccurate) return dispatch_k<float, kX3, 1>(input, weight, bias, pad, nhwc, output);
+      return dispatch_k<float, kTF, 1>(input, weight, bias, pad, nhwc, output);
+    case at::kBFloat16:
+      if (!nhwc && pad % 2 == 0) return dispatch_k<__nv_bfloat16, kHalfP, 2>(input, weight, bias, pad, nhwc, output);
+      return dispatch_k<__nv_bfloat16, kHalf, 2>(input, weight, bias, pad, nhwc, output);
+    case at::kHalf:
+      if (!nhwc && pad % 2 == 0) return dispatch_k<__half, kHalfP, 2>(input, weight, bias, pad, nhwc, output);
+      return dispatch_k<__half, kHalf, 2>(input, weight, bias, pad, nhwc, output);
+    default:
+      return false;
+  }
+}
+
+}  // namespace alexop::cuda

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Everything the GPU machine checks, in one pass: build, the whole test suite,
+# compute-sanitizer on a small shape, the demo and the benchmark. Logs go to
+# $OUT (default gpu_logs/); a short summary is printed last.
+#   bash scripts/gpu_check.sh [bench args...]
+set -uo pipefail
+OUT="${OUT:-gpu_logs}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl > /dev/null 2>&1; then python3 -m pip install -q --no-index --no-deps .whl/*.whl; fi
+MAX_JOBS="${MAX_JOBS:-16}" python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 \
+  || { tail -40 "$OUT/build.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+
+timeout 300 python3 -m pytest tests -q -rs > "$OUT/tests.log" 2>&1
+echo "tests rc=$?" >> "$OUT/summary.txt"
+
+small='import torch, alexop
+x = torch.rand(2, 3, 67, 59, device="cuda"); w = torch.rand(96, 3, 11, 11, device="cuda"); b = torch.rand(96, device="cuda")
+for dt in (torch.float32, torch.bfloat16):
+    y = alexop.conv11s4(x.to(dt), w.to(dt), b.to(dt))
+    torch.ops.alexop.conv11s4_backward_weight(torch.randn_like(y), x.to(dt), 2, True)
+    torch.ops.alexop.conv11s4_backward_input(torch.randn_like(y), w.to(dt), list(x.shape), 2)
+torch.cuda.synchronize(); print("ok")'
+for tool in memcheck racecheck; do
+  timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 -c "$small" > "$OUT/sanitizer_$tool.log" 2>&1
+  echo "compute-sanitizer $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)" >> "$OUT/summary.txt"
+done
+
+timeout 120 python3 scripts/demo.py --batch 64 > "$OUT/demo.log" 2>&1
+echo "demo rc=$?" >> "$OUT/summary.txt"
+
+timeout 240 python3 scripts/bench.py --out "$OUT" "$@" > "$OUT/bench.log" 2>&1
+echo "bench rc=$?" >> "$OUT/summary.txt"
+
+tail -3 "$OUT/tests.log"; tail -8 "$OUT/demo.log"; grep -A200 "median ms" "$OUT/bench.log"; cat "$OUT/summary.txt"

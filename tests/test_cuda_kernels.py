@@ -1,0 +1,130 @@
+"""The CUDA tensor-core paths: accuracy per precision mode, every element written,
+bitwise reproducibility, odd shapes, and outputs past 2^31 elements."""
+
+import pytest
+import torch
+
+import alexop
+from conftest import REL_L2, make_inputs, needs_cuda, reference, rel_l2
+
+pytestmark = needs_cuda
+
+# AlexNet's conv1 (96 filters) and torchvision's (64), on shapes that are and
+# are not multiples of the kernels' tiles.
+SHAPES = [
+    (16, 96, 224, 224, 2),
+    (16, 64, 224, 224, 2),
+    (1, 96, 227, 227, 0),
+    (3, 96, 97, 131, 1),
+    (2, 64, 15, 11, 3),
+]
+
+
+class precision:
+    """torch.set_float32_matmul_precision for the duration of a block."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __enter__(self):
+        self.saved = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision(self.value)
+
+    def __exit__(self, *exc):
+        torch.set_float32_matmul_precision(self.saved)
+
+
+def _poison_allocator(numel, dtype):
+    """Leave NaN in the caching allocator's free blocks, so an output that is
+    not fully written shows up as NaN."""
+    torch.full((numel,), float("nan"), dtype=dtype, device="cuda")
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize(
+    "dtype,mode,bound",
+    [
+        (torch.float32, "highest", 1e-5),
+        (torch.float32, "high", 1e-3),
+        (torch.bfloat16, "highest", REL_L2[torch.bfloat16]),
+        (torch.float16, "highest", REL_L2[torch.float16]),
+    ],
+    ids=["fp32", "tf32", "bf16", "fp16"],
+)
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_forward_accuracy(shape, dtype, mode, bound, channels_last):
+    n, k, h, w, p = shape
+    x, wt, b = make_inputs(n, 3, k, h, w, dtype=dtype, device="cuda")
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    ref = reference(x, wt, b, p)
+    _poison_allocator(ref.numel(), dtype)
+    with precision(mode):
+        out = alexop.conv11s4(x, wt, b, p)
+    assert torch.isfinite(out).all(), "some output element was not written"
+    assert rel_l2(out, ref) <= bound
+    if dtype == torch.float32 and mode == "highest":
+        torch.testing.assert_close(out.double().cpu(), ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize(
+    "dtype,mode,bound",
+    [
+        (torch.float32, "highest", 1e-5),
+        (torch.float32, "high", 1e-3),
+        (torch.bfloat16, "highest", REL_L2[torch.bfloat16]),
+        (torch.float16, "highest", REL_L2[torch.float16]),
+    ],
+    ids=["fp32", "tf32", "bf16", "fp16"],
+)
+def test_weight_and_bias_grad_accuracy(shape, dtype, mode, bound):
+    n, k, h, w, p = shape
+    x, wt, b = make_inputs(n, 3, k, h, w, dtype=dtype, device="cuda")
+    grad = torch.randn(n, k, (h + 2 * p - 11) // 4 + 1, (w + 2 * p - 11) // 4 + 1, device="cuda").to(dtype)
+    ref_w, ref_b = (t.double().cpu().requires_grad_() for t in (wt, b))
+    out = torch.nn.functional.conv2d(x.double().cpu(), ref_w, ref_b, stride=4, padding=p)
+    want = torch.autograd.grad(out, (ref_w, ref_b), grad.double().cpu())
+    _poison_allocator(wt.numel(), dtype)
+    with precision(mode):
+        got = torch.ops.alexop.conv11s4_backward_weight(grad, x, p, True)
+    for g, r, name in zip(got, want, ("weight", "bias")):
+        assert torch.isfinite(g).all(), name
+        assert rel_l2(g, r) <= bound, name
+
+
+def test_tf32_is_an_opt_in():
+    x, wt, b = make_inputs(8, 3, 96, 224, 224, device="cuda")
+    ref = reference(x, wt, b)
+    accurate = rel_l2(alexop.conv11s4(x, wt, b), ref)
+    with precision("high"):
+        tf32 = rel_l2(alexop.conv11s4(x, wt, b), ref)
+    assert accurate <= 1e-5 < tf32 <= 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bitwise_reproducible(dtype):
+    x, wt, b = make_inputs(32, 3, 96, 224, 224, dtype=dtype, device="cuda")
+    grad = torch.randn(32, 96, 55, 55, device="cuda").to(dtype)
+    first = (alexop.conv11s4(x, wt, b),) + tuple(torch.ops.alexop.conv11s4_backward_weight(grad, x, 2, True))
+    for _ in range(3):
+        again = (alexop.conv11s4(x, wt, b),) + tuple(torch.ops.alexop.conv11s4_backward_weight(grad, x, 2, True))
+        assert all(torch.equal(a, f) for a, f in zip(again, first))
+
+
+@pytest.mark.slow
+def test_output_past_2_31_elements():
+    # 8192 x 96 x 55 x 55 = 2.38e9 outputs in bfloat16 (4.8 GB).
+    n = 8192
+    if torch.cuda.get_device_properties(0).total_memory < 16 * 2**30:
+        pytest.skip("needs 16 GiB of GPU memory")
+    x, wt, b = make_inputs(1, 3, 96, 224, 224, dtype=torch.bfloat16, device="cuda")
+    big = torch.rand(n, 3, 224, 224, device="cuda", dtype=torch.bfloat16)
+    big[-1] = x[0]
+    big[0] = x[0]
+    out = alexop.conv11s4(big, wt, b)
+    assert out.numel() > 2**31
+    ref = reference(x, wt, b)[0]
+    for i in (0, n - 1):
+        assert rel_l2(out[i], ref) <= REL_L2[torch.bfloat16], i
