@@ -12,7 +12,7 @@ MAX_JOBS="${MAX_JOBS:-16}" python3 -m pip install -q --no-build-isolation --no-d
   || { tail -40 "$OUT/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 
-timeout 300 python3 -m pytest tests -q -rs > "$OUT/tests.log" 2>&1
+timeout 300 python3 -m pytest tests -q -rs ${PYTEST_ARGS:-} > "$OUT/tests.log" 2>&1
 echo "tests rc=$?" >> "$OUT/summary.txt"
 
 small='import torch, alexop
