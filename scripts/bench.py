@@ -11,8 +11,8 @@ rotated among several buffers so no run reads the previous one's data from L2.
     python scripts/bench.py --quick               # headline rows only
     python scripts/bench.py --device cpu --batches 8 32
 
-Writes bench_results/bench.json and bench_results/bench.png (if matplotlib is
-installed) and prints a table.
+Writes bench_results/bench.json, bench.md (a markdown table) and bench.png (if
+matplotlib is installed) and prints the table.
 """
 
 import argparse
@@ -226,7 +226,12 @@ def main() -> None:
     (out / "bench.json").write_text(json.dumps(rows, indent=1))
     plot(rows, out / "bench.png")
 
-    print(f"\n{env['device_name']}, torch {env['torch']}, cuDNN {env['cudnn']}; 3->C_out, 224x224, pad 2; median ms")
+    header = f"{env['device_name']}, torch {env['torch']}, cuDNN {env['cudnn']}; 3->C_out, 224x224, pad 2; median ms"
+    lines = [header, "", "| N | C_out | dtype | step | implementation | ms | rel L2 vs fp64 |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['batch']} | {r['c_out']} | {r['dtype']} | {r['step']} | {r['impl']} | {r['ms']:.3f} | {r['rel_l2']:.1e} |"
+              for r in rows]
+    (out / "bench.md").write_text("\n".join(lines) + "\n")
+    print(f"\n{header}")
     print(f"{'N':>4} {'K':>3} {'dtype':<9} {'step':<15} {'implementation':<40} {'ms':>8} {'rel L2':>9}")
     for r in rows:
         print(f"{r['batch']:>4} {r['c_out']:>3} {r['dtype']:<9} {r['step']:<15} {r['impl']:<40} {r['ms']:>8.3f} {r['rel_l2']:>9.1e}")

@@ -435,7 +435,7 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-template <int MODE, int MT, bool kLdsm>
+template <int MODE, int MT>
 __global__ void __launch_bounds__(kThreads, 2)
     wgrad_f32_kernel(const float* __restrict__ dy, const float* __restrict__ x,
                      int64_t sN, int64_t sC, int64_t sH, int64_t sW, int K,
@@ -571,7 +571,6 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
       boff[nt] = o + 4 * t;
     }
-    const int abase = kAoff2 + (buf * MH + g) * kLDA2 + t;
     // ldmatrix row address of this lane: matrix lane>>3 = (row half, col half)
     const uint32_t lds_row =
         sbase + 4u * (kAoff2 + (buf * MH + ((lane >> 3) & 1) * 8 + (lane & 7)) * kLDA2 +
@@ -583,21 +582,13 @@ __global__ void __launch_bounds__(kThreads, 2)
       uint32_t a[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        if constexpr (kLdsm) {
-          // An 8x8 b16 matrix is 8 rows x 4 fp32: ldmatrix hands lane
-          // (g, t) the word (row g, col t), the tf32 A-fragment layout.
-          const uint32_t addr = lds_row + 4u * (mt * 16 * kLDA2 + kb);
-          asm volatile(
-              "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-              : "=r"(a[mt][0]), "=r"(a[mt][1]), "=r"(a[mt][2]), "=r"(a[mt][3])
-              : "r"(addr));
-        } else {
-          const int w0 = abase + mt * 16 * kLDA2 + kb;
-          a[mt][0] = smw[w0];
-          a[mt][1] = smw[w0 + 8 * kLDA2];
-          a[mt][2] = smw[w0 + 4];
-          a[mt][3] = smw[w0 + 8 * kLDA2 + 4];
-        }
+        // An 8x8 b16 matrix is 8 rows x 4 fp32: ldmatrix hands lane (g, t)
+        // the word (row g, col t), the tf32 A-fragment layout.
+        const uint32_t addr = lds_row + 4u * (mt * 16 * kLDA2 + kb);
+        asm volatile(
+            "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+            : "=r"(a[mt][0]), "=r"(a[mt][1]), "=r"(a[mt][2]), "=r"(a[mt][3])
+            : "r"(addr));
       }
       if constexpr (MODE == 0) {
         uint32_t ab[MT][4], as[MT][4];
@@ -902,7 +893,7 @@ void launch_wgrad(const at::Tensor& go, const at::Tensor& in, int64_t padding,
     const int S2 = (int)std::min<int64_t>(sms, U2);
     TORCH_INTERNAL_ASSERT(S2 == S);
     const int smem2 = wgrad2_smem_floats<MT>() * (int)sizeof(float);
-    auto kern = wgrad_f32_kernel<MODE, MT, true>;
+    auto kern = wgrad_f32_kernel<MODE, MT>;
     C10_CUDA_CHECK(cudaFuncSetAttribute(
         kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2));
     kern<<<2 * S, kThreads, smem2, stream>>>(

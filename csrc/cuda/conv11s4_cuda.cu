@@ -1,7 +1,7 @@
-// CUDA kernels: argument checks, output allocation, and direct kernels that
-// are correct for every shape and dtype the operator accepts. They are the
-// general path; the tensor-core kernels (fast_kernels.h) take the shapes they
-// are built for.
+// CUDA kernels: argument checks, output allocation, and general kernels that
+// are correct for every shape and dtype the operator accepts. The
+// tensor-core kernels (fast_kernels.h) take the shapes they are built for;
+// these serve the rest.
 
 #include "../conv11s4.h"
 #include "fast_kernels.h"
@@ -11,9 +11,12 @@
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/bmm.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/irange.h>
 #include <torch/library.h>
+
+#include <algorithm>
 
 namespace alexop {
 namespace {
@@ -90,18 +93,20 @@ __global__ void forward_kernel(
   }
 }
 
-// One thread per input element, gathering the outputs it fed: for a tap r,
-// output row p = (h + pad - r) / 4 exists when the division is exact.
+// The input gradient is a GEMM, cols = W^T (C*121 x K) . dy (K x P*Q) per
+// image, done by cuBLAS, followed by this fold: one thread per input
+// element sums the (at most 3 x 3) taps that read it, in a fixed order. For
+// tap r, output row p = (h + pad - r) / 4 exists when the division is exact.
 template <typename T>
-__global__ void backward_input_kernel(
-    const T* __restrict__ gy, const T* __restrict__ w, T* __restrict__ gx,
-    Shape s) {
+__global__ void fold_kernel(
+    const T* __restrict__ cols, T* __restrict__ gx, Shape s, int64_t images) {
   using acc_t = at::opmath_type<T>;
-  const int64_t total = s.N * s.C * s.H * s.W;
+  const int64_t total = images * s.C * s.H * s.W;
+  const int64_t pq = s.P * s.Q;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t col = i % s.W, h = i / s.W % s.H, c = i / (s.W * s.H) % s.C,
-                  n = i / (s.W * s.H * s.C);
+    const int64_t col = i % s.W, h = i / s.W % s.H, plane = i / (s.W * s.H);
+    const T* src = cols + plane * kKernelSize * kKernelSize * pq;
     const int64_t hp = h + s.pad, wp = col + s.pad;
     acc_t acc = 0;
     for (int64_t r = hp % kStride; r < kKernelSize && r <= hp; r += kStride) {
@@ -112,13 +117,9 @@ __global__ void backward_input_kernel(
       for (int64_t t = wp % kStride; t < kKernelSize && t <= wp;
            t += kStride) {
         const int64_t q = (wp - t) / kStride;
-        if (q >= s.Q) {
-          continue;
-        }
-        for (int64_t k = 0; k < s.K; ++k) {
-          acc += static_cast<acc_t>(gy[((n * s.K + k) * s.P + p) * s.Q + q]) *
-              static_cast<acc_t>(
-                     w[((k * s.C + c) * kKernelSize + r) * kKernelSize + t]);
+        if (q < s.Q) {
+          acc += static_cast<acc_t>(
+              src[(r * kKernelSize + t) * pq + p * s.Q + q]);
         }
       }
     }
@@ -237,18 +238,29 @@ at::Tensor conv11s4_backward_input_cuda(
   if (grad_input.numel() == 0) {
     return grad_input;
   }
-  const auto gy = grad_output.contiguous();
-  const auto w = weight.contiguous();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, gy.scalar_type(),
-      "conv11s4_backward_input_cuda", [&] {
-        backward_input_kernel<scalar_t>
-            <<<blocks_for(grad_input.numel()), kThreads, 0,
-               at::cuda::getCurrentCUDAStream()>>>(
-                gy.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
-                grad_input.mutable_data_ptr<scalar_t>(), s);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      });
+  const auto gy = grad_output.contiguous().view({s.N, s.K, s.P * s.Q});
+  // cuBLAS follows torch's float32 matmul precision, like the other kernels.
+  const auto wt = weight.contiguous().view({s.K, s.C * kKernelSize * kKernelSize}).t();
+  const int64_t cols_per_image = s.C * kKernelSize * kKernelSize * s.P * s.Q;
+  // Images per GEMM: the unfolded gradient stays under 64 Mi elements.
+  const int64_t chunk =
+      std::clamp<int64_t>((int64_t{1} << 26) / cols_per_image, 1, s.N);
+  const int64_t image_size = s.C * s.H * s.W;
+  for (int64_t n0 = 0; n0 < s.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, s.N - n0);
+    const auto cols = at::bmm(wt.expand({nb, -1, -1}), gy.narrow(0, n0, nb));
+    AT_DISPATCH_FLOATING_TYPES_AND2(
+        at::kHalf, at::kBFloat16, gy.scalar_type(),
+        "conv11s4_backward_input_cuda", [&] {
+          fold_kernel<scalar_t>
+              <<<blocks_for(nb * image_size), kThreads, 0,
+                 at::cuda::getCurrentCUDAStream()>>>(
+                  cols.const_data_ptr<scalar_t>(),
+                  grad_input.mutable_data_ptr<scalar_t>() + n0 * image_size,
+                  s, nb);
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        });
+  }
   return grad_input;
 }
 
@@ -270,8 +282,13 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
       {s.K, s.C, kKernelSize, kKernelSize}, input.options());
   auto grad_bias = at::empty({bias_grad ? s.K : 0}, input.options());
   const auto gy = grad_output.contiguous();
+  // The 16-bit weight-gradient kernel reads NCHW rows in pairs; transposing
+  // a channels_last input first costs less than its strided fallback.
+  const auto x_fast = input.scalar_type() == at::kFloat
+      ? dense_input(input)
+      : input.contiguous();
   if (cuda::conv11s4_backward_weight_fast(
-          gy, dense_input(input), padding, fp32_math(), grad_weight,
+          gy, x_fast, padding, fp32_math(), grad_weight,
           bias_grad ? std::optional<at::Tensor>(grad_bias) : std::nullopt)) {
     return {grad_weight, grad_bias};
   }

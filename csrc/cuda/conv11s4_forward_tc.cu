@@ -24,9 +24,14 @@
 // e.g. A100). Padded reduction slots read finite patch words against zero
 // weights, so an Inf/NaN input can reach outputs whose window excludes it.
 //
-// fp32: mma.sync m16n8k8 TF32; Fp32Math::kAccurate splits both operands into
-// tf32 big + small on the fly and sums small*big + big*small + big*big
-// (3xTF32, fp32-level accuracy). bf16/fp16: m16n8k16 with fp32 accumulation.
+// fp32: Fp32Math::kTf32 is mma.sync m16n8k8 TF32. Fp32Math::kAccurate is
+// bf16x3: each operand is split a = hi + lo (hi = bf16(a), lo = bf16(a - hi))
+// and lo*hi + hi*lo + hi*hi are summed with m16n8k16 bf16 MMAs in fp32
+// (lo*lo dropped): fp32-level accuracy (rel L2 ~4e-6 vs float64) for half
+// the MMA instructions of 3xTF32. Weights are split once by the prep kernel
+// (hi and lo fragments side by side, same bytes as fp32); activations stay
+// fp32 in the patch and are split while forming the A fragments.
+// bf16/fp16: m16n8k16 with fp32 accumulation.
 // mma.sync runs on sm_80 and sm_90 alike, so one source serves both targets.
 
 #include "fast_kernels.h"
@@ -56,11 +61,15 @@ constexpr int kNSplit = 1;
 constexpr int kThreads = 32 * kMJobs * kNSplit;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxK = 128;
+// bf16x3: n8 tiles per pass-major MMA group (4 measured the same as 2)
+constexpr int kB3Group = 2;
+
 
 // kHalfP: 16-bit NCHW with an even column shift. The reduction runs over
 // (c, r, s) with s padded 11 -> 12, so each (k, k+1) operand pair is one
 // aligned 32-bit patch word: half the gather loads of kHalf for 8.7% more MMA.
-enum Mode : int { kX3 = 0, kTF = 1, kHalf = 2, kHalfP = 3 };
+// kB3: fp32 via bf16x3 (see top).
+enum Mode : int { kB3 = 0, kTF = 1, kHalf = 2, kHalfP = 3 };
 constexpr int kKredP = kC * kR * 12;  // 396
 constexpr int kKpadP = 400;
 
@@ -128,9 +137,24 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __
 template <> __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
 
 template <int MODE> __host__ __device__ constexpr int ksteps() {
-  return MODE == kHalfP ? kKpadP / 16 : MODE == kHalf ? kKpad / 16 : kKpad / 8;
+  return MODE == kHalfP ? kKpadP / 16 : (MODE == kHalf || MODE == kB3) ? kKpad / 16 : kKpad / 8;
 }
-template <int MODE, int NT8> __host__ __device__ constexpr int wfrag_bytes() { return ksteps<MODE>() * (NT8 / 2) * 32 * 16; }
+// kB3 holds hi and lo fragments: one uint4 per (k16 step, n8 tile, lane)
+template <int MODE, int NT8> __host__ __device__ constexpr int wfrag_bytes() {
+  return ksteps<MODE>() * (MODE == kB3 ? NT8 : NT8 / 2) * 32 * 16;
+}
+
+// bf16x2 of (lo16 = f0, hi16 = f1), round to nearest even
+__device__ __forceinline__ uint32_t pack_bf16x2(float f0, float f1) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(f1), "f"(f0));
+  return r;
+}
+// a = (f0, f1) -> hi = bf16x2(a), lo = bf16x2(a - hi); a - hi is exact in fp32
+__device__ __forceinline__ void split_bf16x2(float f0, float f1, uint32_t& hi, uint32_t& lo) {
+  hi = pack_bf16x2(f0, f1);
+  lo = pack_bf16x2(f0 - __uint_as_float(hi << 16), f1 - __uint_as_float(hi & 0xffff0000u));
+}
 
 // Weights in fragment order: entry (ks, jj, lane) is a uint4 holding the B
 // fragments of n8 tiles 2jj and 2jj+1 for that lane, so the hot loop reads B
@@ -138,10 +162,21 @@ template <int MODE, int NT8> __host__ __device__ constexpr int wfrag_bytes() { r
 template <typename T, int MODE, int NT8>
 __global__ void prep_weights_kernel(const T* __restrict__ w, int K, uint32_t* __restrict__ out) {
   constexpr int KS = ksteps<MODE>();
-  const int total = KS * (NT8 / 2) * 32;
+  const int total = KS * (MODE == kB3 ? NT8 : NT8 / 2) * 32;
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   const int lane = idx & 31, rest = idx >> 5;
+  if constexpr (MODE == kB3) {
+    // entry (ks, j, lane) = {hi b0, hi b1, lo b0, lo b1} of n8 tile j
+    const int j = rest % NT8, ks = rest / NT8;
+    const int n = j * 8 + (lane >> 2), k = ks * 16 + 2 * (lane & 3);
+    auto v = [&](int kk) -> float { return (kk < kKred && n < K) ? to_f(w[(size_t)n * kKred + kk]) : 0.f; };
+    uint32_t h0, l0, h1, l1;
+    split_bf16x2(v(k), v(k + 1), h0, l0);
+    split_bf16x2(v(k + 8), v(k + 9), h1, l1);
+    reinterpret_cast<uint4*>(out)[idx] = make_uint4(h0, h1, l0, l1);
+    return;
+  }
   const int jj = rest % (NT8 / 2), ks = rest / (NT8 / 2);
   const int g = lane >> 2, t = lane & 3;
   auto val = [&](int k, int n) -> float {
@@ -169,8 +204,8 @@ __global__ void prep_weights_kernel(const T* __restrict__ w, int K, uint32_t* __
       if constexpr (MODE == kTF) {
         v[2 * h] = to_tf32(f0);
         v[2 * h + 1] = to_tf32(f1);
-      } else {  // 3xTF32 splits in the hot loop: smem holds full fp32
-        v[2 * h] = __float_as_uint(f0);
+      } else {
+        v[2 * h] = __float_as_uint(f0);  // unreachable (kB3 returned above)
         v[2 * h + 1] = __float_as_uint(f1);
       }
     }
@@ -331,7 +366,69 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) pm[a][hh] >>= 1;  // element -> word offset (even by construction)
       }
-      if constexpr (MODE != kHalf) {
+      if constexpr (MODE == kB3) {
+        // bf16x3: A stays fp32 in the patch and is split per k16 step;
+        // element e of af[a] follows the m16n8k16 A fragment: (row, k) =
+        // (g, 2t) (g, 2t+1) (g+8, 2t) (g+8, 2t+1) (g, 2t+8) (g, 2t+9)
+        // (g+8, 2t+8) (g+8, 2t+9).
+        const float* Pf = reinterpret_cast<const float*>(P);
+        const int2* offk2 = reinterpret_cast<const int2*>(offk);
+        int2 olo = offk2[t], ohi = offk2[t + 4];
+        float af[2][8];
+#pragma unroll
+        for (int a = 0; a < 2; ++a) {
+          af[a][0] = Pf[pm[a][0] + olo.x]; af[a][1] = Pf[pm[a][0] + olo.y];
+          af[a][2] = Pf[pm[a][1] + olo.x]; af[a][3] = Pf[pm[a][1] + olo.y];
+          af[a][4] = Pf[pm[a][0] + ohi.x]; af[a][5] = Pf[pm[a][0] + ohi.y];
+          af[a][6] = Pf[pm[a][1] + ohi.x]; af[a][7] = Pf[pm[a][1] + ohi.y];
+        }
+        olo = offk2[8 + t]; ohi = offk2[12 + t];
+#pragma unroll 2
+        for (int ks = 0; ks < KS; ++ks) {
+          float an[2][8];
+#pragma unroll
+          for (int a = 0; a < 2; ++a) {
+            an[a][0] = Pf[pm[a][0] + olo.x]; an[a][1] = Pf[pm[a][0] + olo.y];
+            an[a][2] = Pf[pm[a][1] + olo.x]; an[a][3] = Pf[pm[a][1] + olo.y];
+            an[a][4] = Pf[pm[a][0] + ohi.x]; an[a][5] = Pf[pm[a][0] + ohi.y];
+            an[a][6] = Pf[pm[a][1] + ohi.x]; an[a][7] = Pf[pm[a][1] + ohi.y];
+          }
+          olo = offk2[(ks + 2) * 8 + t]; ohi = offk2[(ks + 2) * 8 + t + 4];
+          uint32_t ah[2][4], al[2][4];
+#pragma unroll
+          for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) split_bf16x2(af[a][2 * e], af[a][2 * e + 1], ah[a][e], al[a][e]);
+          constexpr int G = NTW % kB3Group == 0 ? kB3Group : 2;
+#pragma unroll
+          for (int j0 = 0; j0 < NTW; j0 += G) {
+            uint4 b[G];
+#pragma unroll
+            for (int jg = 0; jg < G; ++jg) b[jg] = ws[(ks * NT8 + nh * NTW + j0 + jg) * 32 + lane];
+            // small products first, pass-major: the three MMAs into one
+            // accumulator are 2G independent MMAs apart
+#pragma unroll
+            for (int jg = 0; jg < G; ++jg)
+#pragma unroll
+              for (int a = 0; a < 2; ++a)
+                mma_16<__nv_bfloat16>(acc[a][j0 + jg], al[a][0], al[a][1], al[a][2], al[a][3], b[jg].x, b[jg].y);
+#pragma unroll
+            for (int jg = 0; jg < G; ++jg)
+#pragma unroll
+              for (int a = 0; a < 2; ++a)
+                mma_16<__nv_bfloat16>(acc[a][j0 + jg], ah[a][0], ah[a][1], ah[a][2], ah[a][3], b[jg].z, b[jg].w);
+#pragma unroll
+            for (int jg = 0; jg < G; ++jg)
+#pragma unroll
+              for (int a = 0; a < 2; ++a)
+                mma_16<__nv_bfloat16>(acc[a][j0 + jg], ah[a][0], ah[a][1], ah[a][2], ah[a][3], b[jg].x, b[jg].y);
+          }
+#pragma unroll
+          for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) af[a][e] = an[a][e];
+        }
+      } else if constexpr (MODE != kHalf) {
         const float* Pf = reinterpret_cast<const float*>(P);
         int o0 = offk[t], o1 = offk[t + 4];
         float af[2][4];
@@ -350,7 +447,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
             an[a][2] = Pf[pm[a][0] + o1]; an[a][3] = Pf[pm[a][1] + o1];
           }
           o0 = offk[(ks + 2) * 8 + t]; o1 = offk[(ks + 2) * 8 + t + 4];
-          uint32_t ab[2][4], as[2][4];
+          uint32_t ab[2][4];
 #pragma unroll
           for (int a = 0; a < 2; ++a)
 #pragma unroll
@@ -360,39 +457,12 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
               } else {
                 ab[a][e] = to_tf32(af[a][e]);
               }
-              if constexpr (MODE == kX3) as[a][e] = to_tf32(af[a][e] - __uint_as_float(ab[a][e]));
             }
 #pragma unroll
           for (int jj = 0; jj < NJW; ++jj) {
             const uint4 b = ws[(ks * NJ + nh * NJW + jj) * 32 + lane];
             const uint32_t braw[2][2] = {{b.x, b.y}, {b.z, b.w}};
-            if constexpr (MODE == kX3) {
-              uint32_t bb[2][2], bs[2][2];
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  bb[hh][e] = to_tf32(__uint_as_float(braw[hh][e]));
-                  bs[hh][e] = to_tf32(__uint_as_float(braw[hh][e]) - __uint_as_float(bb[hh][e]));
-                }
-              // pass-major order: the three products into one accumulator
-              // are 4 independent MMAs apart instead of back to back
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                for (int a = 0; a < 2; ++a)
-                  mma_tf32(acc[a][2 * jj + hh], as[a][0], as[a][1], as[a][2], as[a][3], bb[hh][0], bb[hh][1]);
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                for (int a = 0; a < 2; ++a)
-                  mma_tf32(acc[a][2 * jj + hh], ab[a][0], ab[a][1], ab[a][2], ab[a][3], bs[hh][0], bs[hh][1]);
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                for (int a = 0; a < 2; ++a)
-                  mma_tf32(acc[a][2 * jj + hh], ab[a][0], ab[a][1], ab[a][2], ab[a][3], bb[hh][0], bb[hh][1]);
-            } else if constexpr (MODE == kHalfP) {
+            if constexpr (MODE == kHalfP) {
 #pragma unroll
               for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
@@ -588,7 +658,7 @@ bool conv11s4_forward_fast(const at::Tensor& input, const at::Tensor& weight,
   const int pad = (int)padding;
   switch (input.scalar_type()) {
     case at::kFloat:
-      if (math == Fp32Math::kAccurate) return dispatch_k<float, kX3, 1>(input, weight, bias, pad, nhwc, output);
+      if (math == Fp32Math::kAccurate) return dispatch_k<float, kB3, 1>(input, weight, bias, pad, nhwc, output);
       return dispatch_k<float, kTF, 1>(input, weight, bias, pad, nhwc, output);
     case at::kBFloat16:
       if (!nhwc && pad % 2 == 0) return dispatch_k<__nv_bfloat16, kHalfP, 2>(input, weight, bias, pad, nhwc, output);

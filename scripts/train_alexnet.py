@@ -1,0 +1,672 @@
+"""Train torchvision's AlexNet with conv1 on nn.Conv2d and on alexop, side by side.
+
+The same seed, model initialisation, synthetic batches and dropout masks are
+used for every run: first with torchvision's ``nn.Conv2d`` conv1 ("conv2d"),
+then with ``alexop.convert(model)`` ("alexop", conv1 becomes an
+``alexop.Conv11s4`` sharing the same parameters), in eager mode and, with
+``--compile``, also under ``torch.compile``. The script prints the median time
+of a training step (forward, backward, SGD step) of each run, the speedup of
+the whole step and of conv1 alone (conv1's forward + weight/bias backward on
+the same input shape, timed separately), draws all loss curves in one PNG and
+checks that the alexop and nn.Conv2d loss curves agree (see "The bound").
+
+    python scripts/train_alexnet.py                                # CUDA if present, else CPU
+    python scripts/train_alexnet.py --device cuda --steps 30 --compile
+    python scripts/train_alexnet.py --device cpu --steps 10 --batch 8 --image-size 95
+    python scripts/train_alexnet.py --filters 96                   # the original 96-filter conv1
+    torchrun --nproc-per-node 2 scripts/train_alexnet.py --device cuda   # DistributedDataParallel
+
+Data: synthetic and generated on the device, nothing is downloaded. Each class
+is a fixed random low-frequency template image (3x7x7 Gaussian noise upsampled
+bicubically to the image size, unit variance); a sample is its class template
+with a random contrast in [0.5, 1.5], circularly shifted by up to 1/8 of the
+image size in each direction, randomly mirrored, plus white Gaussian noise of
+standard deviation 1. 10% of the labels are replaced by random ones, so the
+loss cannot reach zero (it stays well above 0.3 with 10 classes) and the
+relative agreement of two loss curves stays meaningful. The classes are
+learnable: with the defaults the loss falls from ln(10) = 2.30 to well below
+within the first 20-30 steps.
+
+Model: ``torchvision.models.alexnet(num_classes=10)``; ``--filters 96`` swaps
+features[0] for ``nn.Conv2d(3, 96, 11, 4, 2)`` and features[3] for
+``nn.Conv2d(96, 192, 5, padding=2)`` (the original paper's 96 conv1 filters).
+Optimizer: SGD, momentum 0.9, lr 0.01 (``--lr``).
+
+Timing: per-step CUDA events on the GPU (no synchronisation inside the
+training loop: losses stay on the device until the run ends), perf_counter on
+the CPU; the median over the steps after the first ``--warmup`` (the first
+step of a compiled run includes compilation; it is reported separately). On
+CUDA, cudnn.benchmark is on (``--no-cudnn-benchmark`` turns it off).
+
+The bound
+---------
+Both runs compute the same mathematical function; they differ only in how
+conv1's sums are rounded (different kernels, different summation orders).
+The check is
+
+    max over steps t of |loss_conv2d(t) - loss_alexop(t)| / loss_conv2d(t) <= bound
+
+* float32 (the CPU; CUDA with ``--no-tf32``): bound 1e-3. Float32 conv1
+  outputs agree to a relative ~1e-6 (unit roundoff 6e-8 times the growth of
+  sums of 363-1089 terms); this perturbs the weights by ~lr * 1e-6 relative in
+  the first step, and the perturbation grows through the steps of SGD, but it
+  stays far below 1e-5 of the loss over tens of steps (measured: ~1e-6 on the
+  CPU). 1e-3 leaves two orders of magnitude of margin while still catching any
+  real error of the operator (a wrong gradient or a wrong output changes the
+  loss curve by percents within a few steps).
+* TF32 (the default on CUDA: cudnn.allow_tf32 and
+  ``torch.set_float32_matmul_precision("high")``, which is also alexop's
+  opt-in for its TF32 tensor-core kernels): bound 3e-2. TF32 keeps a 10-bit
+  mantissa (unit roundoff 2^-11 = 4.9e-4), so each product of conv1 (and of
+  every other layer) carries ~5e-4 relative error, and two TF32 kernels that
+  round differently (or a TF32 kernel against a float32 one) give conv1
+  outputs that differ by ~1e-4 to 1e-3 relative. That is already the size of
+  the float32 bound at step 0, and the difference in the weights then grows
+  with every SGD-with-momentum step; on top of that, cuDNN's autotuned and
+  atomics-based backward algorithms for conv2-conv5 are not bitwise
+  reproducible, so even two nn.Conv2d runs drift apart. 3e-2 (a loss of 1.00
+  against 1.03) is a few times the drift expected from TF32 rounding over
+  ~30 steps, and still far below what a real bug produces (a wrong conv1
+  gradient leaves the loss curve stuck near 2.3 or makes it diverge).
+
+With ``--compile`` the two compiled runs are checked against each other with
+the same bound (the eager and compiled curves are not compared: Inductor's
+fusions round differently; their difference is printed for information).
+The script exits with status 1 if a check fails.
+
+Multi-GPU: under ``torchrun --nproc-per-node N`` (or with a process group
+already initialised by the caller) it initialises the process group (NCCL on
+CUDA, gloo on the CPU), converts conv1 *before* wrapping the model in
+DistributedDataParallel (the converted module shares conv1's parameters, and
+DDP must see the final module tree), generates the same global batch on every
+rank and gives each rank its 1/N slice (``--batch`` is the global batch, a
+multiple of N), averages the per-rank losses for the curves, and only rank 0
+prints, plots and writes files.
+
+Outputs (``--out``, default train_results/): train_alexnet.json (config,
+device, curves, step times, medians, speedups, the bound and the check) and
+train_alexnet.png (if matplotlib is installed).
+
+The core is importable: ``train(Config(...)) -> dict`` (used by
+tests/test_train.py); ``main(argv)`` is the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import torchvision
+from torch import nn
+
+import alexop
+
+try:
+    from tqdm import tqdm as _tqdm
+except ImportError:  # pragma: no cover - depends on the environment
+    _tqdm = None
+
+BOUND_FP32 = 1e-3
+BOUND_TF32 = 3e-2
+IMPLS = ("conv2d", "alexop")
+MIN_IMAGE_SIZE = 63  # smallest input AlexNet's features accept (the last max-pool needs 3x3)
+
+
+@dataclass
+class Config:
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    steps: int = 30
+    batch: int | None = None  # global batch; None: 256 on CUDA, 16 on the CPU
+    image_size: int = 224
+    compile: bool = False
+    compile_backend: str = "inductor"
+    filters: int = 64
+    num_classes: int = 10
+    width: int = 4096  # the classifier's hidden width (torchvision: 4096)
+    init: str = "lecun"  # or "torchvision" (PyTorch's default init)
+    optimizer: str = "adam"
+    lr: float = 3e-4
+    momentum: float = 0.9
+    dropout: float = 0.5
+    seed: int = 0
+    noise: float = 0.5  # std of the white noise added to the unit-variance templates
+    max_shift: float = 0.0625  # random circular shifts up to this fraction of the image size
+    flip: bool = False  # random horizontal mirroring
+    label_noise: float = 0.1  # fraction of random labels
+    tf32: bool | None = None  # None: on for CUDA (float32 on the CPU)
+    cudnn_benchmark: bool = True
+    warmup: int = 3  # steps left out of the medians
+    conv1_reps: int = 20  # timed repetitions of conv1 alone (0: skip)
+    impls: tuple = IMPLS
+    capture_grads: bool = False  # keep the gradients of the first step (tests)
+    out: str | None = "train_results"
+    plot: bool = True
+    progress: bool = True
+    verbose: bool = True
+
+    def resolved_batch(self) -> int:
+        if self.batch is not None:
+            return self.batch
+        return 256 if self.device.startswith("cuda") else 16
+
+    def use_tf32(self) -> bool:
+        return self.device.startswith("cuda") and (self.tf32 is None or self.tf32)
+
+    def bound(self) -> float:
+        return BOUND_TF32 if self.use_tf32() else BOUND_FP32
+
+
+# --------------------------------------------------------------------------- #
+# Model and data
+# --------------------------------------------------------------------------- #
+
+
+def build_model(config: Config, impl: str) -> nn.Module:
+    """torchvision's AlexNet, seeded; conv1 on alexop when impl == "alexop"."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    if config.filters not in (64, 96):
+        raise ValueError(f"filters must be 64 (torchvision) or 96 (the original AlexNet), got {config.filters}")
+    torch.manual_seed(config.seed)
+    model = torchvision.models.alexnet(num_classes=config.num_classes, dropout=config.dropout)
+    if config.filters == 96:
+        model.features[0] = nn.Conv2d(3, 96, kernel_size=11, stride=4, padding=2)
+        model.features[3] = nn.Conv2d(96, 192, kernel_size=5, padding=2)
+    if config.width != 4096:  # a narrower classifier, for quick CPU runs and tests
+        model.classifier[1] = nn.Linear(256 * 6 * 6, config.width)
+        model.classifier[4] = nn.Linear(config.width, config.width)
+        model.classifier[6] = nn.Linear(config.width, config.num_classes)
+    if config.init == "lecun":
+        init_lecun(model)
+    if impl == "alexop":
+        model = alexop.convert(model)  # before .to() / DDP: parameters are shared, not copied
+        assert isinstance(model.features[0], alexop.Conv11s4), model.features[0]
+    return model
+
+
+def init_lecun(model: nn.Module) -> None:
+    """LeCun normal (std 1/sqrt(fan_in)), zero biases, a small last layer (std 0.01, loss ln(classes)).
+
+    PyTorch's default init, which torchvision's AlexNet keeps (std 1/sqrt(3 fan_in)), shrinks the
+    signal ~100x through the 8 layers and AlexNet then sits on a plateau at ln(classes) for hundreds
+    of steps; He init (std sqrt(2/fan_in)) overshoots (AlexNet's max-pools and dropout grow it).
+    """
+    layers = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    for m in layers[:LAST]:
+        nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="linear")
+        nn.init.zeros_(m.bias)
+    nn.init.normal_(layers[-1].weight, std=0.01)
+    nn.init.zeros_(layers[-1].bias)
+
+
+def make_templates(config: Config, device) -> torch.Tensor:
+    """One fixed low-frequency image per class, (classes, 3, S, S), unit variance."""
+    g = torch.Generator().manual_seed(config.seed + 1)
+    low = torch.randn(config.num_classes, 3, 7, 7, generator=g)
+    t = F.interpolate(low, size=(config.image_size, config.image_size), mode="bicubic", align_corners=False)
+    t = (t - t.mean(dim=(1, 2, 3), keepdim=True)) / t.std(dim=(1, 2, 3), keepdim=True)
+    return t.to(device)
+
+
+def synthetic_batch(templates: torch.Tensor, n: int, generator: torch.Generator, config: Config):
+    """n samples: shifted, mirrored, contrast-jittered class templates plus noise; some random labels."""
+    classes, c, s, _ = templates.shape
+    dev = templates.device
+    y = torch.randint(classes, (n,), device=dev, generator=generator)
+    contrast = torch.empty(n, 1, 1, 1, device=dev).uniform_(0.5, 1.5, generator=generator)
+    max_shift = int(config.max_shift * s)
+    shift = torch.randint(-max_shift, max_shift + 1, (n, 2), device=dev, generator=generator)
+    flip = torch.rand(n, device=dev, generator=generator) < (0.5 if config.flip else 0.0)
+    noise = torch.randn(n, c, s, s, device=dev, generator=generator)
+    wrong = torch.rand(n, device=dev, generator=generator) < config.label_noise
+    random_labels = torch.randint(classes, (n,), device=dev, generator=generator)
+
+    ar = torch.arange(s, device=dev)
+    rows = (ar[None, :] + shift[:, :1]) % s  # (n, s)
+    cols = (ar[None, :] + shift[:, 1:]) % s
+    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    x = templates[y]
+    x = x.gather(2, rows[:, None, :, None].expand(n, c, s, s))
+    x = x.gather(3, cols[:, None, None, :].expand(n, c, s, s))
+    x = contrast * x + config.noise * noise
+    return x.contiguous(), torch.where(wrong, random_labels, y)
+
+
+# --------------------------------------------------------------------------- #
+# Environment: device, process group, precision
+# --------------------------------------------------------------------------- #
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    owns_group: bool = False
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def setup(config: Config) -> Dist:
+    """Resolves the device and joins (or creates, under torchrun) the process group."""
+    want = torch.device(config.device)
+    owns = False
+    if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if want.type == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if want.type == "cuda" else "gloo")
+        owns = True
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    if want.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("--device cuda, but torch.cuda.is_available() is False")
+        if world > 1:
+            local = int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count()))
+            want = torch.device("cuda", local)
+        elif want.index is None:
+            want = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(want)
+    return Dist(rank=rank, world=world, device=want, owns_group=owns)
+
+
+@contextmanager
+def precision(config: Config):
+    """float32 everywhere, or TF32 for cuDNN, matmuls and alexop (CUDA default)."""
+    saved = (
+        torch.backends.cudnn.allow_tf32,
+        torch.backends.cudnn.benchmark,
+        torch.get_float32_matmul_precision(),
+    )
+    cuda = config.device.startswith("cuda")
+    torch.backends.cudnn.allow_tf32 = config.use_tf32()
+    torch.backends.cudnn.benchmark = cuda and config.cudnn_benchmark
+    torch.set_float32_matmul_precision("high" if config.use_tf32() else "highest")
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved[:2]
+        torch.set_float32_matmul_precision(saved[2])
+
+
+class Timer:
+    """Per-interval times in ms: CUDA events on the GPU (read at the end), perf_counter on the CPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.spans = []
+
+    def start(self):
+        if self.cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            self._start = e
+        else:
+            self._start = time.perf_counter()
+
+    def stop(self):
+        if self.cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            self.spans.append((self._start, e))
+        else:
+            self.spans.append((time.perf_counter() - self._start) * 1e3)
+
+    def times_ms(self) -> list:
+        if self.cuda:
+            torch.cuda.synchronize()
+            return [a.elapsed_time(b) for a, b in self.spans]
+        return list(self.spans)
+
+
+def progress(total: int, desc: str, enabled: bool):
+    """tqdm if installed, else one line on stderr; an object with update(n)/close()."""
+    if not enabled:
+        return _NoProgress()
+    if _tqdm is not None:
+        return _tqdm(total=total, desc=desc, file=sys.stderr, leave=False)
+    return _LineProgress(total, desc)
+
+
+class _NoProgress:
+    def update(self, n=1):
+        pass
+
+    def close(self):
+        pass
+
+
+class _LineProgress:
+    def __init__(self, total, desc):
+        self.total, self.desc, self.n, self.t0 = total, desc, 0, time.perf_counter()
+
+    def update(self, n=1):
+        self.n += n
+        dt = time.perf_counter() - self.t0
+        print(f"\r{self.desc}: {self.n}/{self.total} steps, {dt:.1f}s", end="", file=sys.stderr, flush=True)
+
+    def close(self):
+        print(file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- #
+# Training and timing
+# --------------------------------------------------------------------------- #
+
+
+def _median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def make_optimizer(config: Config, params):
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum)
+    if config.optimizer == "adam":
+        return torch.optim.Adam(params, lr=config.lr)
+    raise ValueError(f"optimizer must be sgd or adam, got {config.optimizer!r}")
+
+
+def train_run(config: Config, impl: str, compiled: bool, env: Dist) -> dict:
+    """One training run: the loss curve, per-step times and optionally the first step's gradients."""
+    device = env.device
+    model = build_model(config, impl).to(device)  # converted before DDP wraps it
+    module = model
+    if env.world > 1:
+        ids = [device.index] if device.type == "cuda" else None
+        model = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    opt = make_optimizer(config, model.parameters())
+    forward = model
+    if compiled:
+        torch._dynamo.reset()
+        # fullgraph: alexop must not break the graph; DDP's optimizer splits graphs at buckets itself.
+        forward = torch.compile(model, backend=config.compile_backend, fullgraph=env.world == 1)
+
+    batch = config.resolved_batch()
+    if batch % env.world:
+        raise ValueError(f"--batch {batch} must be a multiple of the number of processes {env.world}")
+    per_rank = batch // env.world
+    lo, hi = env.rank * per_rank, (env.rank + 1) * per_rank
+    templates = make_templates(config, device)
+    gen = torch.Generator(device=device).manual_seed(config.seed + 2)
+    torch.manual_seed(config.seed + 3 + env.rank)  # dropout masks: identical for every run of a rank
+
+    timer = Timer(device)
+    losses, grads = [], None
+    bar = progress(config.steps, f"{'compiled' if compiled else 'eager'}/{impl}", config.progress and env.main)
+    model.train()
+    for step in range(config.steps):
+        x, y = synthetic_batch(templates, batch, gen, config)  # the global batch, the same on every rank
+        x, y = x[lo:hi], y[lo:hi]
+        timer.start()
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(forward(x), y)
+        loss.backward()
+        if config.capture_grads and step == 0:
+            grads = {n: p.grad.detach().cpu().clone() for n, p in module.named_parameters()}
+        opt.step()
+        timer.stop()
+        losses.append(loss.detach())
+        bar.update(1)
+    bar.close()
+
+    curve = torch.stack(losses).float() if losses else torch.zeros(0, device=device)
+    if env.world > 1:  # the curve of the global batch: the mean of the ranks' shard losses
+        dist.all_reduce(curve)
+        curve /= env.world
+    times = timer.times_ms()
+    return {
+        "impl": impl,
+        "compiled": compiled,
+        "losses": curve.cpu().tolist(),
+        "step_ms": times,
+        "median_step_ms": _median(times[config.warmup :]),
+        "first_step_ms": times[0] if times else float("nan"),
+        "grads": grads,
+    }
+
+
+def time_conv1(config: Config, impl: str, compiled: bool, env: Dist) -> float:
+    """Median ms of conv1 alone, forward + weight/bias backward, on one rank's input shape."""
+    device = env.device
+    torch.manual_seed(config.seed)
+    conv = nn.Conv2d(3, config.filters, kernel_size=11, stride=4, padding=2).to(device)
+    if impl == "alexop":
+        conv = alexop.convert(conv)
+    fn = conv
+    if compiled:
+        torch._dynamo.reset()
+        fn = torch.compile(conv, backend=config.compile_backend, fullgraph=True)
+    n = config.resolved_batch() // env.world
+    g = torch.Generator(device=device).manual_seed(config.seed + 4)
+    x = torch.randn(n, 3, config.image_size, config.image_size, device=device, generator=g)
+    params = [conv.weight, conv.bias]
+    dy = None
+    timer = Timer(device)
+    for i in range(config.warmup + config.conv1_reps):
+        if i >= config.warmup:
+            timer.start()
+        y = fn(x)
+        if dy is None:
+            dy = torch.randn(y.shape, device=device, generator=g)
+        torch.autograd.grad(y, params, dy)
+        if i >= config.warmup:
+            timer.stop()
+    return _median(timer.times_ms())
+
+
+def _agreement(a: list, b: list) -> float:
+    if len(a) != len(b) or not a:
+        return float("nan")
+    return max(abs(x - y) / abs(x) for x, y in zip(a, b))
+
+
+def train(config: Config) -> dict:
+    """Every run of the comparison; returns curves, timings, speedups and the check (see the docstring)."""
+    env = setup(config)
+    if config.image_size < MIN_IMAGE_SIZE:
+        raise ValueError(f"--image-size must be >= {MIN_IMAGE_SIZE} for AlexNet, got {config.image_size}")
+    modes = [False, True] if config.compile else [False]
+    runs, conv1 = {}, {}
+    try:
+        with precision(config):
+            for compiled in modes:
+                mode = "compiled" if compiled else "eager"
+                for impl in config.impls:
+                    runs[f"{mode}/{impl}"] = train_run(config, impl, compiled, env)
+                if config.conv1_reps > 0:
+                    for impl in config.impls:
+                        conv1[f"{mode}/{impl}"] = time_conv1(config, impl, compiled, env)
+    finally:
+        if env.owns_group:
+            # Leave the group to the end of the process when the caller reads results on every rank.
+            dist.barrier()
+
+    bound = config.bound()
+    checks, speedups = {}, {}
+    for compiled in modes:
+        mode = "compiled" if compiled else "eager"
+        a, b = runs.get(f"{mode}/conv2d"), runs.get(f"{mode}/alexop")
+        if a is None or b is None:
+            continue
+        diff = _agreement(a["losses"], b["losses"])
+        checks[mode] = {"max_rel_diff": diff, "bound": bound, "ok": bool(diff <= bound)}
+        speedups[mode] = {
+            "step": a["median_step_ms"] / b["median_step_ms"],
+            "conv1": conv1[f"{mode}/conv2d"] / conv1[f"{mode}/alexop"] if conv1 else float("nan"),
+        }
+    info = {}
+    if "eager/conv2d" in runs and "compiled/conv2d" in runs:
+        info["eager_vs_compiled_conv2d_max_rel_diff"] = _agreement(
+            runs["eager/conv2d"]["losses"], runs["compiled/conv2d"]["losses"]
+        )
+    falls = {
+        name: _loss_falls(r["losses"]) for name, r in runs.items()
+    }
+    device_name = torch.cuda.get_device_name(env.device) if env.device.type == "cuda" else _cpu_name()
+    return {
+        "config": {**asdict(config), "batch": config.resolved_batch(), "tf32": config.use_tf32()},
+        "device": str(env.device),
+        "device_name": device_name,
+        "world_size": env.world,
+        "rank": env.rank,
+        "torch": torch.__version__,
+        "runs": runs,
+        "conv1_ms": conv1,
+        "speedup": speedups,
+        "checks": checks,
+        "loss_falls": falls,
+        "info": info,
+        "ok": all(c["ok"] for c in checks.values()),
+    }
+
+
+def _loss_falls(losses: list) -> bool:
+    """Mean of the last quarter of the steps below the mean of the first quarter (at least 1 step each)."""
+    k = max(1, len(losses) // 4)
+    return len(losses) >= 2 and sum(losses[-k:]) / k < sum(losses[:k]) / k
+
+
+def _cpu_name() -> str:
+    import platform
+
+    return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+
+
+# --------------------------------------------------------------------------- #
+# Reporting
+# --------------------------------------------------------------------------- #
+
+
+def report(result: dict) -> str:
+    c = result["config"]
+    lines = [
+        f"AlexNet ({c['filters']} conv1 filters, {c['num_classes']} classes), batch {c['batch']} "
+        f"x 3x{c['image_size']}x{c['image_size']}, {c['steps']} steps, SGD lr {c['lr']}, "
+        f"{'TF32' if c['tf32'] else 'float32'}, {result['world_size']} process(es)",
+        f"device: {result['device']} ({result['device_name']}), torch {result['torch']}",
+        "",
+        f"{'run':<18}{'loss first -> last':>22}{'median step ms':>16}{'first step ms':>15}{'conv1 ms':>10}",
+    ]
+    for name, r in result["runs"].items():
+        ls = r["losses"]
+        conv1 = result["conv1_ms"].get(name, float("nan"))
+        lines.append(
+            f"{name:<18}{ls[0]:>10.4f} -> {ls[-1]:<9.4f}{r['median_step_ms']:>16.2f}{r['first_step_ms']:>15.1f}"
+            f"{conv1:>10.2f}"
+        )
+    lines.append("")
+    for mode, s in result["speedup"].items():
+        chk = result["checks"][mode]
+        lines.append(
+            f"{mode}: alexop speedup  step x{s['step']:.3f}  conv1 x{s['conv1']:.3f};  "
+            f"max |loss_conv2d - loss_alexop| / loss_conv2d = {chk['max_rel_diff']:.2e} "
+            f"(bound {chk['bound']:.0e}) {'OK' if chk['ok'] else 'FAIL'}"
+        )
+    for k, v in result["info"].items():
+        lines.append(f"{k} = {v:.2e} (information only)")
+    if not all(result["loss_falls"].values()):
+        bad = [k for k, v in result["loss_falls"].items() if not v]
+        lines.append(f"warning: the loss did not fall in {bad}; try more --steps or another --lr")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    styles = {"conv2d": dict(lw=2.5, alpha=0.6), "alexop": dict(lw=1.2, ls="--")}
+    for name, r in result["runs"].items():
+        ax.plot(range(1, len(r["losses"]) + 1), r["losses"], label=name, **styles[r["impl"]])
+    c = result["config"]
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy loss")
+    ax.set_title(
+        f"AlexNet conv1: nn.Conv2d vs alexop ({result['device_name']}, batch {c['batch']}, "
+        f"{'TF32' if c['tf32'] else 'fp32'})",
+        fontsize=9,
+    )
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
+def _json_ready(result: dict) -> dict:
+    out = dict(result)
+    out["runs"] = {k: {kk: vv for kk, vv in r.items() if kk != "grads"} for k, r in result["runs"].items()}
+    return out
+
+
+def parse_args(argv=None) -> Config:
+    d = Config()
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default=d.device, help="cuda, cuda:N or cpu (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--batch", type=int, default=None, help="global batch (default: 256 on CUDA, 16 on the CPU)")
+    p.add_argument("--image-size", type=int, default=d.image_size)
+    p.add_argument("--compile", action="store_true", help="also run both under torch.compile")
+    p.add_argument("--compile-backend", default=d.compile_backend)
+    p.add_argument("--filters", type=int, choices=(64, 96), default=d.filters)
+    p.add_argument("--num-classes", type=int, default=d.num_classes)
+    p.add_argument("--width", type=int, default=d.width, help="classifier hidden width (default: %(default)s)")
+    p.add_argument("--init", choices=("lecun", "torchvision"), default=d.init)
+    p.add_argument("--optimizer", choices=("sgd", "adam"), default=d.optimizer)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--dropout", type=float, default=d.dropout)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=None, help="default: on for CUDA")
+    p.add_argument("--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=d.cudnn_benchmark)
+    p.add_argument("--warmup", type=int, default=d.warmup)
+    p.add_argument("--conv1-reps", type=int, default=d.conv1_reps)
+    p.add_argument("--out", default=d.out, help="folder for train_alexnet.json and .png (default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true")
+    a = p.parse_args(argv)
+    return Config(
+        device=a.device, steps=a.steps, batch=a.batch, image_size=a.image_size, compile=a.compile,
+        compile_backend=a.compile_backend, filters=a.filters, num_classes=a.num_classes, width=a.width,
+        init=a.init, optimizer=a.optimizer, lr=a.lr,
+        dropout=a.dropout, seed=a.seed, tf32=a.tf32, cudnn_benchmark=a.cudnn_benchmark, warmup=a.warmup,
+        conv1_reps=a.conv1_reps, out=a.out, progress=not a.no_progress,
+    )  # fmt: skip
+
+
+def main(argv=None) -> int:
+    config = parse_args(argv)
+    result = train(config)
+    if result["rank"] == 0:
+        print(report(result), flush=True)
+        if config.out:
+            out = Path(config.out)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "train_alexnet.json").write_text(json.dumps(_json_ready(result), indent=1))
+            png = plot(result, out / "train_alexnet.png") if config.plot else None
+            print(f"wrote {out / 'train_alexnet.json'}")
+            print(f"wrote {png}" if png else "matplotlib is not installed: no plot (pip install matplotlib)")
+        if not result["ok"]:
+            print("FAIL: the alexop and nn.Conv2d loss curves disagree beyond the bound", file=sys.stderr)
+    if dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        dist.destroy_process_group()
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
