@@ -120,9 +120,11 @@ def error(fn, data, step, images=8):
     return max(((g.double() - r).norm() / r.norm()).item() for g, r in zip(got, ref))
 
 
-def cases(device, batches, quick, c_outs):
+STEPS = ["fwd", "fwd+bwd(w,b)", "fwd+bwd(x,w,b)"]
+
+
+def cases(device, batches, quick, c_outs, steps):
     dtypes = [torch.float32, torch.bfloat16, torch.float16] if device.type == "cuda" else [torch.float32]
-    steps = ["fwd", "fwd+bwd(w,b)", "fwd+bwd(x,w,b)"]
     for n in batches:
         for c_out in c_outs:
             for dtype in dtypes:
@@ -196,6 +198,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batches", type=int, nargs="+")
     parser.add_argument("--c-out", type=int, nargs="+", default=[96])
+    parser.add_argument("--steps", nargs="+", default=STEPS, choices=STEPS)
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="batch 256 only, fewer baselines")
@@ -211,7 +214,7 @@ def main() -> None:
         "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
     }
     rows = []
-    todo = [(c, v) for c in cases(device, batches, args.quick, args.c_out) for v in variants(device, c[2], args.quick)]
+    todo = [(c, v) for c in cases(device, batches, args.quick, args.c_out, args.steps) for v in variants(device, c[2], args.quick)]
     for (n, c_out, dtype, step), (label, conv, conf, channels_last) in tqdm(todo, desc="bench"):
         data = make_data(n, c_out, dtype, device, channels_last, sets=3 if device.type == "cuda" else 1, seed=n)
         fn = step_fn(conv, step)

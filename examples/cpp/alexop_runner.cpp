@@ -13,8 +13,8 @@
 //
 // Tensors cross from/to Python as files: INPUT.pt is `torch.save(tensor, path)`
 // read with torch::jit::pickle_load; OUT.pt is written with
-// torch::jit::pickle_save and read in Python with `torch.load(path)`: a dict
-// {"output": tensor} plus, with --train, {"grad.input": ..., "grad.<param>": ...}
+// torch::jit::pickle_save and read in Python with `dict(torch.load(path))`:
+// {"output": tensor} plus, with --train, "grad.input" and "grad.<parameter>"
 // for loss = output.square().sum().
 
 #include <dlfcn.h>
@@ -29,6 +29,7 @@
 #include <iterator>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifndef ALEXOP_DEFAULT_LIBRARY
@@ -54,7 +55,7 @@ std::string load_alexop(const std::string* flag) {
     path = ALEXOP_DEFAULT_LIBRARY;
   }
   if (path.empty()) {
-    std::fprintf(stderr, "alexop_runner: no alexop library given; alexop::* operators are not registered\n");
+    std::fprintf(stderr, "alexop_runner: no alexop library to load; unless this program links it, alexop::* operators are not registered\n");
     return path;
   }
   // RTLD_GLOBAL so that the library's symbols (and those of libtorch it
@@ -79,8 +80,17 @@ torch::Tensor read_tensor(const std::string& path) {
   return value.toTensor();
 }
 
-void write_outputs(const std::string& path, const c10::Dict<std::string, torch::Tensor>& outputs) {
-  std::vector<char> bytes = torch::jit::pickle_save(torch::IValue(outputs));
+// A tuple of (name, tensor) pairs: torch.load(path) reads it with its default
+// weights_only=True (a c10::Dict would carry a TorchScript type tag that needs
+// weights_only=False); dict(torch.load(path)) gives the names back.
+using Outputs = std::vector<std::pair<std::string, torch::Tensor>>;
+
+void write_outputs(const std::string& path, const Outputs& outputs) {
+  std::vector<torch::IValue> pairs;
+  for (const auto& [name, tensor] : outputs) {
+    pairs.push_back(c10::ivalue::Tuple::create({torch::IValue(name), torch::IValue(tensor)}));
+  }
+  std::vector<char> bytes = torch::jit::pickle_save(c10::ivalue::Tuple::create(std::move(pairs)));
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (!out) {
@@ -98,7 +108,7 @@ std::string explain(const std::string& what) {
     return what;
   }
   return what +
-      "\nalexop_runner: the model calls alexop operators that are not registered in this process: "
+      "\nalexop_runner: hint: the model calls alexop operators that are not registered in this process: "
       "load alexop's library (Python: alexop.library_path()) with --library PATH or ALEXOP_LIBRARY=PATH "
       "before loading the model";
 }
@@ -107,13 +117,13 @@ int run_script(const std::string& model_path, const std::string& input_path, con
                const torch::Device& device, bool train) {
   torch::jit::Module module = torch::jit::load(model_path, device);
   torch::Tensor input = read_tensor(input_path).to(device);
-  c10::Dict<std::string, torch::Tensor> outputs;
+  Outputs outputs;
   if (!train) {
     c10::InferenceMode guard;
     module.eval();
     torch::Tensor output = module.forward({input}).toTensor();
     print_norm("output", output);
-    outputs.insert("output", output.cpu());
+    outputs.emplace_back("output", output.cpu());
   } else {
     module.train();
     input.requires_grad_(true);
@@ -121,13 +131,13 @@ int run_script(const std::string& model_path, const std::string& input_path, con
     torch::Tensor loss = output.square().sum();
     loss.backward();  // through alexop's C++ autograd kernel
     print_norm("output", output);
-    outputs.insert("output", output.detach().cpu());
+    outputs.emplace_back("output", output.detach().cpu());
     print_norm("grad.input", input.grad());
-    outputs.insert("grad.input", input.grad().cpu());
+    outputs.emplace_back("grad.input", input.grad().cpu());
     for (const auto& p : module.named_parameters(/*recurse=*/true)) {
       if (p.value.grad().defined()) {
         print_norm("grad." + p.name, p.value.grad());
-        outputs.insert("grad." + p.name, p.value.grad().cpu());
+        outputs.emplace_back("grad." + p.name, p.value.grad().cpu());
       }
     }
   }
@@ -145,8 +155,8 @@ int run_aoti(const std::string& package_path, const std::string& input_path, con
     throw std::runtime_error("expected a model with one output, got " + std::to_string(results.size()));
   }
   print_norm("output", results[0]);
-  c10::Dict<std::string, torch::Tensor> outputs;
-  outputs.insert("output", results[0].cpu());
+  Outputs outputs;
+  outputs.emplace_back("output", results[0].cpu());
   write_outputs(out_path, outputs);
   return 0;
 }
@@ -195,6 +205,9 @@ int main(int argc, char** argv) {
       return run_script(positional[1], positional[2], positional[3], device, train);
     }
     return run_aoti(positional[1], positional[2], positional[3], device);
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "alexop_runner: error: %s\n", explain(e.what_without_backtrace()).c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "alexop_runner: error: %s\n", explain(e.what()).c_str());
     return 1;
