@@ -123,14 +123,12 @@ def error(fn, data, step, images=8):
 STEPS = ["fwd", "fwd+bwd(w,b)", "fwd+bwd(x,w,b)"]
 
 
-def cases(device, batches, quick, c_outs, steps):
+def cases(device, batches, c_outs, steps):
     dtypes = [torch.float32, torch.bfloat16, torch.float16] if device.type == "cuda" else [torch.float32]
     for n in batches:
         for c_out in c_outs:
             for dtype in dtypes:
                 for step in steps:
-                    if quick and n != 256:
-                        continue
                     yield n, c_out, dtype, step
 
 
@@ -146,7 +144,8 @@ def variants(device, dtype, quick):
     if dtype == torch.float32:
         yield "alexop fp32 (default, fp32-accurate)", op, {"precision": "highest"}, False
         yield "alexop fp32 NHWC in", op, {"precision": "highest"}, True
-        yield "alexop TF32 (precision=high)", op, {"precision": "high"}, False
+        yield "alexop bf16x3 (precision=high)", op, {"precision": "high"}, False
+        yield "alexop TF32 (precision=medium)", op, {"precision": "medium"}, False
         for tf32 in (True, False):
             for bench in ((False, True) if not quick else (False,)):
                 yield f"cuDNN NCHW tf32={int(tf32)} bench={int(bench)}", ref, {"tf32": tf32, "benchmark": bench}, False
@@ -175,7 +174,7 @@ def plot(rows, path):
         key = f"N={r['batch']} K={r['c_out']} {r['dtype']} {r['step']}"
         entry = groups.setdefault(key, {"alexop": None, "best baseline": None})
         slot = "alexop" if r["impl"].startswith("alexop") else "best baseline"
-        if r["impl"].startswith("alexop TF32") or "NHWC in" in r["impl"]:
+        if r["impl"].startswith(("alexop TF32", "alexop bf16x3")) or "NHWC in" in r["impl"]:
             continue
         if entry[slot] is None or r["ms"] < entry[slot]:
             entry[slot] = r["ms"]
@@ -201,12 +200,12 @@ def main() -> None:
     parser.add_argument("--steps", nargs="+", default=STEPS, choices=STEPS)
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="batch 256 only, fewer baselines")
+    parser.add_argument("--quick", action="store_true", help="fewer baselines; batch 256 unless --batches")
     parser.add_argument("--out", default="bench_results")
     args = parser.parse_args()
     device = torch.device(args.device)
     batches = args.batches or ([1, 32, 128, 256, 512] if device.type == "cuda" else [8, 32])
-    if args.quick and device.type == "cuda":
+    if args.quick and not args.batches and device.type == "cuda":
         batches = [256]
     env = {
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
@@ -214,7 +213,7 @@ def main() -> None:
         "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
     }
     rows = []
-    todo = [(c, v) for c in cases(device, batches, args.quick, args.c_out, args.steps) for v in variants(device, c[2], args.quick)]
+    todo = [(c, v) for c in cases(device, batches, args.c_out, args.steps) for v in variants(device, c[2], args.quick)]
     for (n, c_out, dtype, step), (label, conv, conf, channels_last) in tqdm(todo, desc="bench"):
         data = make_data(n, c_out, dtype, device, channels_last, sets=3 if device.type == "cuda" else 1, seed=n)
         fn = step_fn(conv, step)

@@ -8,9 +8,9 @@ OUT="${OUT:-gpu_logs}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then python3 -m pip install -q --no-index --no-deps .whl/*.whl; fi
-MAX_JOBS="${MAX_JOBS:-16}" python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 \
-  || { tail -40 "$OUT/build.log"; exit 1; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+MAX_JOBS="${MAX_JOBS:-16}" python3 -m pip install -q --no-build-isolation --no-deps -e . > /tmp/alexop_build.log 2>&1 \
+  || { cp /tmp/alexop_build.log "$OUT/build.log"; tail -40 "$OUT/build.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 
 timeout 300 python3 -m pytest tests -q -rs ${PYTEST_ARGS:-} > "$OUT/tests.log" 2>&1
 echo "tests rc=$?" >> "$OUT/summary.txt"
@@ -23,14 +23,15 @@ for dt in (torch.float32, torch.bfloat16):
     torch.ops.alexop.conv11s4_backward_input(torch.randn_like(y), w.to(dt), list(x.shape), 2)
 torch.cuda.synchronize(); print("ok")'
 for tool in memcheck racecheck; do
-  timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 -c "$small" > "$OUT/sanitizer_$tool.log" 2>&1
-  echo "compute-sanitizer $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)" >> "$OUT/summary.txt"
+  timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 -c "$small" >> "$OUT/sanitizer.log" 2>&1
+  echo "compute-sanitizer $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)" >> "$OUT/summary.txt"
 done
 
 timeout 120 python3 scripts/demo.py --batch 64 > "$OUT/demo.log" 2>&1
 echo "demo rc=$?" >> "$OUT/summary.txt"
 
-timeout 240 python3 scripts/bench.py --out "$OUT" "$@" > "$OUT/bench.log" 2>&1
+timeout 300 python3 scripts/bench.py --out "$OUT" "$@" > "$OUT/bench.log" 2>&1
 echo "bench rc=$?" >> "$OUT/summary.txt"
 
-tail -3 "$OUT/tests.log"; tail -8 "$OUT/demo.log"; grep -A200 "median ms" "$OUT/bench.log"; cat "$OUT/summary.txt"
+grep -E "^(FAILED|ERROR)" "$OUT/tests.log"; tail -3 "$OUT/tests.log"; tail -8 "$OUT/demo.log"
+grep "median ms" "$OUT/bench.log"; grep -E "^ 256  96" "$OUT/bench.log"; cat "$OUT/summary.txt"

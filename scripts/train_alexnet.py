@@ -19,24 +19,33 @@ checks that the alexop and nn.Conv2d loss curves agree (see "The bound").
 Data: synthetic and generated on the device, nothing is downloaded. Each class
 is a fixed random low-frequency template image (3x7x7 Gaussian noise upsampled
 bicubically to the image size, unit variance); a sample is its class template
-with a random contrast in [0.5, 1.5], circularly shifted by up to 1/8 of the
-image size in each direction, randomly mirrored, plus white Gaussian noise of
-standard deviation 1. 10% of the labels are replaced by random ones, so the
-loss cannot reach zero (it stays well above 0.3 with 10 classes) and the
-relative agreement of two loss curves stays meaningful. The classes are
-learnable: with the defaults the loss falls from ln(10) = 2.30 to well below
-within the first 20-30 steps.
+with a random contrast in [0.5, 1.5], circularly shifted by up to 1/16 of the
+image size in each direction, plus white Gaussian noise of standard deviation
+0.5 (``--noise``). 10% of the labels are replaced by random ones, so the loss
+cannot reach zero (its floor is ~0.5 with 10 classes) and the relative
+agreement of two loss curves stays meaningful. The classes are learnable: a
+plain correlation with the templates classifies ~90% of the samples, and with
+the defaults the loss falls clearly below ln(10) = 2.30 within 20-30 steps.
 
-Model: ``torchvision.models.alexnet(num_classes=10)``; ``--filters 96`` swaps
-features[0] for ``nn.Conv2d(3, 96, 11, 4, 2)`` and features[3] for
+Model: ``torchvision.models.alexnet(num_classes=10)`` (``--width`` narrows its
+4096-wide classifier for quick CPU runs); ``--filters 96`` swaps features[0]
+for ``nn.Conv2d(3, 96, 11, 4, 2)`` and features[3] for
 ``nn.Conv2d(96, 192, 5, padding=2)`` (the original paper's 96 conv1 filters).
-Optimizer: SGD, momentum 0.9, lr 0.01 (``--lr``).
+Initialisation: He normal (``--init he``, the default); PyTorch's default
+init (``--init torchvision``) leaves AlexNet on a plateau at ln(10) for
+hundreds of steps. Optimizer: SGD, momentum 0.9, lr 0.002 (``--lr``).
+Not Adam: its first updates are ~lr * sign(grad), so a gradient entry that is
+zero up to rounding gets a full +-lr update whose sign depends on the rounding,
+and two runs that differ only in float32 rounding drift apart by ~10x per step
+(measured: 1e-7 at step 1, 6e-3 at step 16); plain SGD responds linearly.
 
 Timing: per-step CUDA events on the GPU (no synchronisation inside the
 training loop: losses stay on the device until the run ends), perf_counter on
 the CPU; the median over the steps after the first ``--warmup`` (the first
 step of a compiled run includes compilation; it is reported separately). On
 CUDA, cudnn.benchmark is on (``--no-cudnn-benchmark`` turns it off).
+Under ``--compile`` the model (forward and backward) is compiled with
+``fullgraph=True``; the optimizer step stays eager.
 
 The bound
 ---------
@@ -47,27 +56,25 @@ The check is
     max over steps t of |loss_conv2d(t) - loss_alexop(t)| / loss_conv2d(t) <= bound
 
 * float32 (the CPU; CUDA with ``--no-tf32``): bound 1e-3. Float32 conv1
-  outputs agree to a relative ~1e-6 (unit roundoff 6e-8 times the growth of
-  sums of 363-1089 terms); this perturbs the weights by ~lr * 1e-6 relative in
-  the first step, and the perturbation grows through the steps of SGD, but it
-  stays far below 1e-5 of the loss over tens of steps (measured: ~1e-6 on the
-  CPU). 1e-3 leaves two orders of magnitude of margin while still catching any
-  real error of the operator (a wrong gradient or a wrong output changes the
-  loss curve by percents within a few steps).
+  outputs and gradients agree to a relative ~1e-6 (unit roundoff 6e-8, sums
+  of 363 to ~1e5 terms in different orders). With SGD the training responds
+  linearly to such a perturbation: measured on the CPU (63x63 images, batch
+  32, 16 steps) the curves agree to 2e-7, i.e. to the rounding of the loss
+  itself. The bound is 5000x that, yet it catches real errors: scaling
+  alexop's conv1 weight gradient by 0.99 (a 1% error) moves the curve by
+  1.7e-3 within those 16 steps, by 0.9 by 6e-3.
 * TF32 (the default on CUDA: cudnn.allow_tf32 and
   ``torch.set_float32_matmul_precision("high")``, which is also alexop's
-  opt-in for its TF32 tensor-core kernels): bound 3e-2. TF32 keeps a 10-bit
-  mantissa (unit roundoff 2^-11 = 4.9e-4), so each product of conv1 (and of
-  every other layer) carries ~5e-4 relative error, and two TF32 kernels that
-  round differently (or a TF32 kernel against a float32 one) give conv1
-  outputs that differ by ~1e-4 to 1e-3 relative. That is already the size of
-  the float32 bound at step 0, and the difference in the weights then grows
-  with every SGD-with-momentum step; on top of that, cuDNN's autotuned and
-  atomics-based backward algorithms for conv2-conv5 are not bitwise
-  reproducible, so even two nn.Conv2d runs drift apart. 3e-2 (a loss of 1.00
-  against 1.03) is a few times the drift expected from TF32 rounding over
-  ~30 steps, and still far below what a real bug produces (a wrong conv1
-  gradient leaves the loss curve stuck near 2.3 or makes it diverge).
+  opt-in for its tensor-core kernels): bound 5e-3. TF32 keeps a 10-bit
+  mantissa (unit roundoff 2^-11 = 4.9e-4), so conv1 outputs and gradients
+  from two kernels that round differently (cuDNN TF32 against alexop's
+  kernels) differ element-wise by up to ~1e-3 relative, and with
+  cudnn.benchmark each run may pick other TF32 algorithms for conv2-conv5
+  too. These errors are unbiased and are averaged by the batch and the
+  reductions, so the loss curves should stay within ~1e-4 to 1e-3 of each
+  other; 5e-3 allows for that with margin, while a systematic error of a few
+  percent in conv1 still shows up (see the float32 measurement above).
+  Use ``--no-tf32`` for the strict float32 check on the GPU.
 
 With ``--compile`` the two compiled runs are checked against each other with
 the same bound (the eager and compiled curves are not compared: Inductor's
@@ -118,7 +125,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     _tqdm = None
 
 BOUND_FP32 = 1e-3
-BOUND_TF32 = 3e-2
+BOUND_TF32 = 5e-3
 IMPLS = ("conv2d", "alexop")
 MIN_IMAGE_SIZE = 63  # smallest input AlexNet's features accept (the last max-pool needs 3x3)
 
@@ -134,9 +141,9 @@ class Config:
     filters: int = 64
     num_classes: int = 10
     width: int = 4096  # the classifier's hidden width (torchvision: 4096)
-    init: str = "lecun"  # or "torchvision" (PyTorch's default init)
-    optimizer: str = "adam"
-    lr: float = 3e-4
+    init: str = "he"  # or "torchvision" (PyTorch's default init)
+    optimizer: str = "sgd"
+    lr: float = 0.002
     momentum: float = 0.9
     dropout: float = 0.5
     seed: int = 0
@@ -153,7 +160,6 @@ class Config:
     out: str | None = "train_results"
     plot: bool = True
     progress: bool = True
-    verbose: bool = True
 
     def resolved_batch(self) -> int:
         if self.batch is not None:
@@ -187,24 +193,24 @@ def build_model(config: Config, impl: str) -> nn.Module:
         model.classifier[1] = nn.Linear(256 * 6 * 6, config.width)
         model.classifier[4] = nn.Linear(config.width, config.width)
         model.classifier[6] = nn.Linear(config.width, config.num_classes)
-    if config.init == "lecun":
-        init_lecun(model)
+    if config.init == "he":
+        init_he(model)
     if impl == "alexop":
         model = alexop.convert(model)  # before .to() / DDP: parameters are shared, not copied
         assert isinstance(model.features[0], alexop.Conv11s4), model.features[0]
     return model
 
 
-def init_lecun(model: nn.Module) -> None:
-    """LeCun normal (std 1/sqrt(fan_in)), zero biases, a small last layer (std 0.01, loss ln(classes)).
+def init_he(model: nn.Module) -> None:
+    """He normal (fan_in, ReLU gain) and zero biases; the last layer std 0.01.
 
     PyTorch's default init, which torchvision's AlexNet keeps (std 1/sqrt(3 fan_in)), shrinks the
-    signal ~100x through the 8 layers and AlexNet then sits on a plateau at ln(classes) for hundreds
-    of steps; He init (std sqrt(2/fan_in)) overshoots (AlexNet's max-pools and dropout grow it).
+    signal ~100x through the 8 layers: AlexNet then sits on a plateau at ln(classes) for hundreds of
+    SGD steps. With He init the loss falls within the first 10-20 steps.
     """
     layers = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
-    for m in layers[:LAST]:
-        nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="linear")
+    for m in layers[:-1]:
+        nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
         nn.init.zeros_(m.bias)
     nn.init.normal_(layers[-1].weight, std=0.01)
     nn.init.zeros_(layers[-1].bias)
@@ -628,7 +634,7 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--filters", type=int, choices=(64, 96), default=d.filters)
     p.add_argument("--num-classes", type=int, default=d.num_classes)
     p.add_argument("--width", type=int, default=d.width, help="classifier hidden width (default: %(default)s)")
-    p.add_argument("--init", choices=("lecun", "torchvision"), default=d.init)
+    p.add_argument("--init", choices=("he", "torchvision"), default=d.init)
     p.add_argument("--optimizer", choices=("sgd", "adam"), default=d.optimizer)
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--dropout", type=float, default=d.dropout)

@@ -24,13 +24,18 @@
 // e.g. A100). Padded reduction slots read finite patch words against zero
 // weights, so an Inf/NaN input can reach outputs whose window excludes it.
 //
-// fp32: Fp32Math::kTf32 is mma.sync m16n8k8 TF32. Fp32Math::kAccurate is
-// bf16x3: each operand is split a = hi + lo (hi = bf16(a), lo = bf16(a - hi))
-// and lo*hi + hi*lo + hi*hi are summed with m16n8k16 bf16 MMAs in fp32
-// (lo*lo dropped): fp32-level accuracy (rel L2 ~4e-6 vs float64) for half
-// the MMA instructions of 3xTF32. Weights are split once by the prep kernel
-// (hi and lo fragments side by side, same bytes as fp32); activations stay
-// fp32 in the patch and are split while forming the A fragments.
+// fp32 has three modes (Fp32Math):
+//  - kAccurate, 3xTF32: mma.sync m16n8k8 TF32; both operands are split into
+//    tf32 big + small on the fly and small*big + big*small + big*big are
+//    summed: fp32-level accuracy, also where the output cancels.
+//  - kBf16x3: each operand is split a = hi + lo (hi = bf16(a), lo =
+//    bf16(a - hi)) and lo*hi + hi*lo + hi*hi are summed with m16n8k16 bf16
+//    MMAs in fp32 (lo*lo dropped): rel L2 ~4e-6 on typical data (about 16
+//    bits per operand, so ~3x 3xTF32's error where outputs cancel) for half
+//    the MMA instructions. Weights are split once by the prep kernel (hi and
+//    lo fragments side by side, same bytes as fp32); activations stay fp32
+//    in the patch and are split while forming the A fragments.
+//  - kTf32: m16n8k8 TF32, one product.
 // bf16/fp16: m16n8k16 with fp32 accumulation.
 // mma.sync runs on sm_80 and sm_90 alike, so one source serves both targets.
 
@@ -68,9 +73,8 @@ constexpr int kB3Group = 2;
 // kHalfP: 16-bit NCHW with an even column shift. The reduction runs over
 // (c, r, s) with s padded 11 -> 12, so each (k, k+1) operand pair is one
 // aligned 32-bit patch word: half the gather loads of kHalf for 8.7% more MMA.
-// kB3: fp32 via bf16x3 (see top).
-enum Mode : int { kB3 = 0, kTF = 1, kHalf = 2, kHalfP = 3 };
-constexpr int kKredP = kC * kR * 12;  // 396
+// kB3: fp32 via bf16x3, kX3: fp32 via 3xTF32 (see top).
+enum Mode : int { kB3 = 0, kTF = 1, kHalf = 2, kHalfP = 3, kX3 = 4 };
 constexpr int kKpadP = 400;
 
 struct Params {
@@ -205,7 +209,7 @@ __global__ void prep_weights_kernel(const T* __restrict__ w, int K, uint32_t* __
         v[2 * h] = to_tf32(f0);
         v[2 * h + 1] = to_tf32(f1);
       } else {
-        v[2 * h] = __float_as_uint(f0);  // unreachable (kB3 returned above)
+        v[2 * h] = __float_as_uint(f0);  // 3xTF32 splits in the hot loop
         v[2 * h + 1] = __float_as_uint(f1);
       }
     }
@@ -447,7 +451,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
             an[a][2] = Pf[pm[a][0] + o1]; an[a][3] = Pf[pm[a][1] + o1];
           }
           o0 = offk[(ks + 2) * 8 + t]; o1 = offk[(ks + 2) * 8 + t + 4];
-          uint32_t ab[2][4];
+          uint32_t ab[2][4], as[2][4];
 #pragma unroll
           for (int a = 0; a < 2; ++a)
 #pragma unroll
@@ -457,12 +461,39 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
               } else {
                 ab[a][e] = to_tf32(af[a][e]);
               }
+              if constexpr (MODE == kX3) as[a][e] = to_tf32(af[a][e] - __uint_as_float(ab[a][e]));
             }
 #pragma unroll
           for (int jj = 0; jj < NJW; ++jj) {
             const uint4 b = ws[(ks * NJ + nh * NJW + jj) * 32 + lane];
             const uint32_t braw[2][2] = {{b.x, b.y}, {b.z, b.w}};
-            if constexpr (MODE == kHalfP) {
+            if constexpr (MODE == kX3) {
+              uint32_t bb[2][2], bs[2][2];
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  bb[hh][e] = to_tf32(__uint_as_float(braw[hh][e]));
+                  bs[hh][e] = to_tf32(__uint_as_float(braw[hh][e]) - __uint_as_float(bb[hh][e]));
+                }
+              // pass-major order: the three products into one accumulator
+              // are 4 independent MMAs apart instead of back to back
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+                  mma_tf32(acc[a][2 * jj + hh], as[a][0], as[a][1], as[a][2], as[a][3], bb[hh][0], bb[hh][1]);
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+                  mma_tf32(acc[a][2 * jj + hh], ab[a][0], ab[a][1], ab[a][2], ab[a][3], bs[hh][0], bs[hh][1]);
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+                  mma_tf32(acc[a][2 * jj + hh], ab[a][0], ab[a][1], ab[a][2], ab[a][3], bb[hh][0], bb[hh][1]);
+            } else if constexpr (MODE == kHalfP) {
 #pragma unroll
               for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
@@ -658,7 +689,8 @@ bool conv11s4_forward_fast(const at::Tensor& input, const at::Tensor& weight,
   const int pad = (int)padding;
   switch (input.scalar_type()) {
     case at::kFloat:
-      if (math == Fp32Math::kAccurate) return dispatch_k<float, kB3, 1>(input, weight, bias, pad, nhwc, output);
+      if (math == Fp32Math::kAccurate) return dispatch_k<float, kX3, 1>(input, weight, bias, pad, nhwc, output);
+      if (math == Fp32Math::kBf16x3) return dispatch_k<float, kB3, 1>(input, weight, bias, pad, nhwc, output);
       return dispatch_k<float, kTF, 1>(input, weight, bias, pad, nhwc, output);
     case at::kBFloat16:
       if (!nhwc && pad % 2 == 0) return dispatch_k<__nv_bfloat16, kHalfP, 2>(input, weight, bias, pad, nhwc, output);

@@ -10,10 +10,12 @@
 
 namespace alexop::cuda {
 
-// How a float32 problem may use the tensor cores. Ignored for half types.
+// How a float32 problem may use the tensor cores, from PyTorch's float32
+// matmul precision. Ignored for half types.
 enum class Fp32Math {
-  kAccurate,  // error of a plain fp32 computation (3xTF32 or better)
-  kTf32,      // operands rounded to TF32, fp32 accumulation
+  kAccurate,  // "highest": the error of a plain fp32 computation (3xTF32)
+  kBf16x3,    // "high": each operand as a sum of two bf16 (about 16 bits)
+  kTf32,      // "medium": operands rounded to TF32 (10 bits)
 };
 
 // Preconditions, established by the caller:
