@@ -8,9 +8,10 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
-#include <ATen/ops/bmm.h>
+#include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/matmul.h>
+#include <ATen/ops/mm.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/irange.h>
@@ -142,20 +143,26 @@ at::Tensor conv11s4_cpu(
     return output;
   }
   const auto x = input.contiguous();
-  const auto w = weight.contiguous().view({1, K, g.rows()});
+  const auto w = weight.contiguous().view({K, g.rows()});
+  const auto bias = has_bias ? bias_opt->view({K, 1}) : at::Tensor();
   const int64_t chunk = chunk_images(g, N);
   auto cols = at::empty({chunk, g.rows(), g.cols()}, x.options());
+  auto y = output.view({N, K, g.cols()});
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t nb = std::min(chunk, N - n0);
-    auto cols_nb = cols.narrow(0, 0, nb);
     AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv11s4_cpu", [&] {
       unfold(x.const_data_ptr<scalar_t>() + n0 * g.C * g.H * g.W, g, nb,
-             cols_nb.mutable_data_ptr<scalar_t>());
+             cols.mutable_data_ptr<scalar_t>());
     });
-    auto y = output.narrow(0, n0, nb).view({nb, K, g.cols()});
-    at::bmm_out(y, w.expand({nb, K, g.rows()}), cols_nb);
-    if (has_bias) {
-      y.add_(bias_opt->view({1, K, 1}));
+    // One GEMM per image straight into its output plane, the bias as the
+    // GEMM's addend: no batched copy of the weight, no extra pass.
+    for (const auto b : c10::irange(nb)) {
+      auto y_b = y[n0 + b];
+      if (has_bias) {
+        at::addmm_out(y_b, bias, w, cols[b]);
+      } else {
+        at::mm_out(y_b, w, cols[b]);
+      }
     }
   }
   return output;
@@ -237,7 +244,9 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cpu(
              cols_nb.mutable_data_ptr<scalar_t>());
     });
     const auto g_nb = go.narrow(0, n0, nb).view({nb, K, g.cols()});
-    grad_weight.add_(at::bmm(g_nb, cols_nb.transpose(1, 2)).sum(0));
+    for (const auto b : c10::irange(nb)) {
+      grad_weight.addmm_(g_nb[b], cols_nb[b].t());
+    }
   }
   return {grad_weight.view({K, g.C, kKernelSize, kKernelSize}), grad_bias};
 }
