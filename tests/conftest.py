@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import alexop  # noqa: F401  (registers torch.ops.alexop)
+import alexop
 
 CUDA = torch.cuda.is_available()
 
@@ -58,3 +58,26 @@ def make_inputs(n, c_in, c_out, h, w, dtype=torch.float32, device="cpu", bias=Tr
     b = (torch.rand(c_out, generator=g, dtype=torch.float64) * 2 - 1) * bound if bias else None
     cast = lambda t: None if t is None else t.to(device=device, dtype=dtype)  # noqa: E731
     return cast(x), cast(wt), cast(b)
+
+
+class Stem(torch.nn.Module):
+    """AlexNet's first layer: conv11s4 + ReLU."""
+
+    def __init__(self, out_channels: int = 16):
+        super().__init__()
+        self.conv = alexop.Conv11s4(3, out_channels)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+class Net(torch.nn.Module):
+    """A tiny classifier, so training produces gradients on both sides of alexop."""
+
+    def __init__(self, out_channels: int = 8):
+        super().__init__()
+        self.conv = alexop.Conv11s4(3, out_channels)
+        self.head = torch.nn.Linear(out_channels, 2)
+
+    def forward(self, x):
+        return self.head(self.conv(x).relu().mean((2, 3)))

@@ -26,37 +26,14 @@ import pytest
 import torch
 
 import alexop
-from conftest import DEVICES, REL_L2, reference, rel_l2
+from conftest import DEVICES, REL_L2, Net, Stem, reference, rel_l2
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cpp"
 
 
 # ---------------------------------------------------------------------------
-# Models, made tiny: AOTInductor compiles C++ too.
-
-
-class Stem(torch.nn.Module):
-    """AlexNet's first layer: conv11s4 + ReLU."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv = alexop.Conv11s4(3, 4)
-
-    def forward(self, x):
-        return torch.relu(self.conv(x))
-
-
-class Net(torch.nn.Module):
-    """A whole (tiny) classifier, so training produces gradients on both sides of alexop."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv = alexop.Conv11s4(3, 4)
-        self.head = torch.nn.Linear(4, 2)
-
-    def forward(self, x):
-        return self.head(self.conv(x).relu().mean((2, 3)))
+# Stem and Net (tests/conftest.py) are made tiny: AOTInductor compiles C++ too.
 
 
 def image(n, seed=0, device="cpu"):
@@ -80,7 +57,7 @@ def stem_package(request, tmp_path_factory):
     """(model, .pt2 path) of a Stem exported with a dynamic batch and compiled by AOTInductor."""
     device = request.param
     torch.manual_seed(0)
-    model = Stem().to(device).eval()
+    model = Stem(4).to(device).eval()
     batch = torch.export.Dim("batch", min=1, max=64)
     exported = torch.export.export(model, (image(2, device=device),), dynamic_shapes={"x": {0: batch}})
     # The exported graph keeps the operator itself, not a decomposition into aten.convolution.
@@ -210,7 +187,7 @@ def run_cpp_ok(program, *args, out, env=None):
 def scripted_net(tmp_path_factory):
     """(eager Net on the CPU, path of its TorchScript file, path of an input saved with torch.save)."""
     torch.manual_seed(0)
-    net = Net()
+    net = Net(4)
     directory = tmp_path_factory.mktemp("script")
     torch.jit.script(net).save(str(directory / "net.pt"))
     torch.save(image(3, seed=7), directory / "x.pt")

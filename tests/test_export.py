@@ -3,17 +3,7 @@
 import pytest
 import torch
 
-import alexop
-from conftest import DEVICES, REL_L2, reference, rel_l2
-
-
-class Stem(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = alexop.Conv11s4(3, 16)
-
-    def forward(self, x):
-        return torch.relu(self.conv(x))
+from conftest import DEVICES, REL_L2, Stem, reference, rel_l2
 
 
 def _alexop_targets(gm):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import alexop
-from conftest import DEVICES, REL_L2, make_inputs, reference, rel_l2
+from conftest import DEVICES, REL_L2, Net, make_inputs, reference, rel_l2
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -21,15 +21,6 @@ def test_script_function(device):
 
 def test_script_module_save_load_in_fresh_process(tmp_path):
     torch.manual_seed(0)
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = alexop.Conv11s4(3, 8)
-            self.head = torch.nn.Linear(8, 2)
-
-        def forward(self, x):
-            return self.head(self.conv(x).relu().mean((2, 3)))
 
     net = Net()
     scripted = torch.jit.script(net)
