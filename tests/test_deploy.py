@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -84,10 +85,22 @@ def test_aoti_package_calls_alexop(stem_package):
     assert "convolution" not in wrappers[0]
 
 
+def _compiler_libstdcxx():
+    cxx = shutil.which(os.environ.get("CXX", "c++"))
+    if cxx is None:
+        return None
+    lib = subprocess.run([cxx, "-print-file-name=libstdc++.so.6"], capture_output=True, text=True).stdout.strip()
+    return lib if os.path.isabs(lib) else None
+
+
 def test_aoti_load_package_matches_reference(stem_package, tmp_path):
-    # Loaded in a child process: on the GPU machine (torch 2.11, packages
-    # compiled there by GCC 13) loading crashed the interpreter, and a crash
-    # must fail this test, not end the whole run.
+    # Loaded in a child process, so that a crash fails this test instead of
+    # ending the run. On the GPU machine (torch 2.11 wheel, packages compiled
+    # by GCC 13) aoti_load_package segfaults on any package, one without
+    # alexop too (dev notes: a plain nn.Conv2d package crashed the same way
+    # and loaded once the compiler's libstdc++ was preloaded). That is the
+    # environment's libstdc++ clash, not alexop's: the test then retries
+    # with LD_PRELOAD and still checks every output.
     model, path = stem_package
     device = next(model.parameters()).device
     inputs = {n: image(n, seed=n, device=device) for n in (1, 3, 5)}
@@ -98,10 +111,18 @@ def test_aoti_load_package_matches_reference(stem_package, tmp_path):
         "xs = torch.load(sys.argv[2])\n"
         "torch.save({n: runner(x.to(sys.argv[4])).cpu() for n, x in xs.items()}, sys.argv[3])\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(path), str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt"), str(device)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    command = [sys.executable, "-c", code, str(path), str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt"), str(device)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    libstdcxx = _compiler_libstdcxx()
+    if result.returncode == -signal.SIGSEGV and libstdcxx is not None:
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=600, env=dict(os.environ, LD_PRELOAD=libstdcxx)
+        )
+        if result.returncode == 0:
+            warnings.warn(
+                f"aoti_load_package segfaulted in this Python and ran with LD_PRELOAD={libstdcxx} "
+                "(a libstdc++ clash of the torch install; README, Known problems)"
+            )
     assert result.returncode == 0, result.stderr[-3000:]
     outputs = torch.load(tmp_path / "out.pt")
     for n, x in inputs.items():
