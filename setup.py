@@ -3,7 +3,9 @@
 The CUDA kernels are built whenever this torch is a CUDA build and nvcc is
 found (CUDA_HOME), even on a machine with no GPU; otherwise a CPU-only library
 is built. TORCH_CUDA_ARCH_LIST picks the GPU architectures (default: sm_80
-and sm_90). ALEXOP_CPU_ONLY=1 forces a CPU-only build.
+and sm_90a; the Hopper forward uses wgmma, which exists only in sm_90a code,
+and a plain 9.0 build falls back to the mma.sync kernel there).
+ALEXOP_CPU_ONLY=1 forces a CPU-only build.
 """
 
 import glob
@@ -40,7 +42,7 @@ def extension():
         return CppExtension(
             "alexop._C", sources, extra_compile_args={"cxx": cxx}, py_limited_api=True
         )
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0a")
     sources += sorted(glob.glob("csrc/**/*.cu", recursive=True))
     nvcc = ["-O3", "--expt-relaxed-constexpr", "-lineinfo"]
     return CUDAExtension(

@@ -18,7 +18,7 @@
 //    (NCHW, W even).
 //  - wgrad_partial_kernel (v1): register-staged loads, any strides; kept for
 //    16-bit channels_last or odd W.
-// The input gradient uses the generic kernel (conv11s4_cuda.cu) for now.
+// The input gradient is conv11s4_backward_input_tc.cu.
 
 #include "fast_kernels.h"
 
@@ -146,6 +146,49 @@ __device__ __forceinline__ void split_tf32(uint32_t v, uint32_t& big,
   small = __float_as_uint(__uint_as_float(v) - __uint_as_float(big));
 }
 
+// A warp's register tile: MT m16 tiles (output channels) x kNT n8 tiles
+// (columns), in the mma.sync accumulator layout.
+template <int MT>
+__device__ __forceinline__ void zero_tile(float (&acc)[MT][kNT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+}
+
+// Stores (add = false) or adds the register tile into the CTA's fp32 partial
+// wsl, then zeroes it. Each element has one owning thread (deterministic),
+// and the adds round to nearest: flushing every few rows keeps the tensor
+// core's truncating fp32 accumulation chains short.
+template <int MT>
+__device__ __forceinline__ void flush_tile(float (&acc)[MT][kNT][4], float* wsl,
+                                           int warp, int t, int g, int k0,
+                                           bool add) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int n = (warp * kNT + nt) * 8 + 2 * t;
+      if (n < kNW) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int m = k0 + mt * 16 + g + 8 * h;
+          float2* dst = reinterpret_cast<float2*>(wsl + (int64_t)m * kNW + n);
+          float2 v = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+          if (add) {
+            const float2 o = *dst;
+            v.x += o.x;
+            v.y += o.y;
+          }
+          *dst = v;
+        }
+      }
+    }
+  zero_tile(acc);
+}
+
 // MODE 0: 3xTF32 (fp32-accurate), 1: TF32, 2: bf16/fp16.
 template <typename T, int MODE, int MT>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -190,43 +233,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 
   float acc[MT][kNT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+  zero_tile(acc);
 
   float* wsl = ws + (int64_t)slice * K * kNW;
   bool ws_written = false;
   int since_flush = 0;
-  // Adds the register tile into this CTA's own partial (each element owned
-  // by one thread: deterministic) with round-to-nearest fp32 adds, which
-  // keeps the tensor core's truncating accumulation chains short.
-  auto flush = [&](bool add) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        const int n = (warp * kNT + nt) * 8 + 2 * t;
-        if (n < kNW) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int m = k0 + mt * 16 + g + 8 * h;
-            float2* dst = reinterpret_cast<float2*>(wsl + (int64_t)m * kNW + n);
-            float2 v = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
-            if (add) {
-              const float2 o = *dst;
-              v.x += o.x;
-              v.y += o.y;
-            }
-            *dst = v;
-          }
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
-      }
-  };
 
   const int64_t PQ = (int64_t)P * Q;
   for (int64_t u = u0; u < u1; ++u) {
@@ -391,12 +402,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 
     if (flush_every > 0 && ++since_flush == flush_every && u + 1 < u1) {
-      flush(ws_written);
+      flush_tile(acc, wsl, warp, t, g, k0, ws_written);
       ws_written = true;
       since_flush = 0;
     }
   }
-  flush(ws_written);
+  flush_tile(acc, wsl, warp, t, g, k0, ws_written);
 }
 
 // ---------------------------------------------------------------------------
@@ -493,44 +504,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   };
 
   float acc[MT][kNT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+  zero_tile(acc);
 
   float* wsl = ws + (int64_t)slice * K * kNW;
   bool ws_written = false;
   int since_flush = 0;
-  // Adds the register tile into this CTA's own partial with round-to-nearest
-  // fp32 adds (each element owned by one thread: deterministic). The tensor
-  // core's fp32 accumulation truncates, so long chains drift (see NOTES).
-  auto flush = [&](bool add) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        const int n = (warp * kNT + nt) * 8 + 2 * t;
-        if (n < kNW) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int m = k0 + mt * 16 + g + 8 * h;
-            float2* dst =
-                reinterpret_cast<float2*>(wsl + (int64_t)m * kNW + n);
-            float2 v = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
-            if (add) {
-              const float2 o = *dst;
-              v.x += o.x;
-              v.y += o.y;
-            }
-            *dst = v;
-          }
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
-      }
-  };
 
   int rb = 0;
   bool loaded = false;
@@ -628,7 +606,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     loaded = next;
     rb = next ? ((rb + 4) & (kRing - 1)) : 0;
     if (flush_every > 0 && ++since_flush == flush_every && u + 1 < u1) {
-      flush(ws_written);
+      flush_tile(acc, wsl, warp, t, g, k0, ws_written);
       ws_written = true;
       since_flush = 0;
     }
@@ -640,7 +618,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
   }
-  flush(ws_written);
+  flush_tile(acc, wsl, warp, t, g, k0, ws_written);
 }
 
 // ---------------------------------------------------------------------------
@@ -737,12 +715,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   };
 
   float acc[MT][kNT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+  zero_tile(acc);
 
   int rb = 0;
   bool loaded = false;
@@ -820,21 +793,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
 
-  float* wsl = ws + (int64_t)slice * K * kNW;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const int n = (warp * kNT + nt) * 8 + 2 * t;
-      if (n < kNW) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int m = k0 + mt * 16 + g + 8 * h;
-          *reinterpret_cast<float2*>(wsl + (int64_t)m * kNW + n) =
-              make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
-        }
-      }
-    }
+  flush_tile(acc, ws + (int64_t)slice * K * kNW, warp, t, g, k0, false);
 }
 
 // Sums the per-slice partials in slice order (fixed: bitwise reproducible).

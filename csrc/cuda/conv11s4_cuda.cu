@@ -244,6 +244,11 @@ at::Tensor conv11s4_backward_input_cuda(
   if (grad_input.numel() == 0) {
     return grad_input;
   }
+  if (cuda::conv11s4_backward_input_fast(
+          grad_output.contiguous(), weight.contiguous(), padding, fp32_math(),
+          grad_input)) {
+    return grad_input;
+  }
   const auto gy = grad_output.contiguous().view({s.N, s.K, s.P * s.Q});
   // cuBLAS follows torch's float32 matmul precision, like the other kernels.
   const auto wt = weight.contiguous().view({s.K, s.C * kKernelSize * kKernelSize}).t();

@@ -37,7 +37,13 @@
 //    in the patch and are split while forming the A fragments.
 //  - kTf32: m16n8k8 TF32, one product.
 // bf16/fp16: m16n8k16 with fp32 accumulation.
-// mma.sync runs on sm_80 and sm_90 alike, so one source serves both targets.
+//
+// On sm_90 devices, when the build carries sm_90a code, bf16/fp16 and kTf32
+// run a wgmma version of the same kernel instead (see "Hopper path" below):
+// the same patch and gather, B read by the tensor cores from the resident
+// weights (stored in wgmma's canonical layout), four warpgroups of 64 pixels.
+// kAccurate and kBf16x3 keep the mma.sync kernel everywhere. That kernel is
+// compiled for every target; the wgmma code exists only in the sm_90a pass.
 
 #include "fast_kernels.h"
 
@@ -48,7 +54,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 namespace alexop::cuda {
 namespace {
@@ -65,6 +73,8 @@ constexpr int kMJobs = 8;
 constexpr int kNSplit = 1;
 constexpr int kThreads = 32 * kMJobs * kNSplit;
 constexpr int kWarps = kThreads / 32;
+// wgmma kernel: four warpgroups, each 64 pixels of the tile x all channels
+constexpr int kGThreads = 512;
 constexpr int kMaxK = 128;
 // bf16x3: n8 tiles per pass-major MMA group (4 measured the same as 2)
 constexpr int kB3Group = 2;
@@ -160,6 +170,16 @@ __device__ __forceinline__ void split_bf16x2(float f0, float f1, uint32_t& hi, u
   lo = pack_bf16x2(f0 - __uint_as_float(hi << 16), f1 - __uint_as_float(hi & 0xffff0000u));
 }
 
+// Weight (n, k) of the padded reduction; kHalfP's k runs over (c, r, s) with s padded to 12.
+template <typename T, int MODE>
+__device__ __forceinline__ float weight_at(const T* __restrict__ w, int K, int k, int n) {
+  if constexpr (MODE == kHalfP) {
+    const int row = k / 12, s = k - row * 12;
+    return (row < kC * kR && s < kR && n < K) ? to_f(w[(size_t)n * kKred + row * kR + s]) : 0.f;
+  }
+  return (k < kKred && n < K) ? to_f(w[(size_t)n * kKred + k]) : 0.f;
+}
+
 // Weights in fragment order: entry (ks, jj, lane) is a uint4 holding the B
 // fragments of n8 tiles 2jj and 2jj+1 for that lane, so the hot loop reads B
 // with conflict-free 16-byte loads and no index math.
@@ -183,13 +203,7 @@ __global__ void prep_weights_kernel(const T* __restrict__ w, int K, uint32_t* __
   }
   const int jj = rest % (NT8 / 2), ks = rest / (NT8 / 2);
   const int g = lane >> 2, t = lane & 3;
-  auto val = [&](int k, int n) -> float {
-    if constexpr (MODE == kHalfP) {
-      const int row = k / 12, s = k - row * 12;
-      return (row < kC * kR && s < kR && n < K) ? to_f(w[(size_t)n * kKred + row * kR + s]) : 0.f;
-    }
-    return (k < kKred && n < K) ? to_f(w[(size_t)n * kKred + k]) : 0.f;
-  };
+  auto val = [&](int k, int n) { return weight_at<T, MODE>(w, K, k, n); };
   uint32_t v[4];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -234,35 +248,38 @@ __device__ __forceinline__ TileGeom tile_geom(const Params& p, int tile) {
 
 // Copies the input rows of one tile into the patch interior; columns outside
 // [PADL, PADL + wcopy) were zeroed once and are never written again.
-template <typename T>
+template <typename T, int NWARPS = kWarps>
 __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, T* patch, int warp,
                                            int lane) {
   const T* x = static_cast<const T*>(p.x);
   if (!p.nhwc) {
-    const int nrows = kC * tg.rows_in;
-    for (int ri = warp; ri < nrows; ri += kWarps) {
-      const int c = ri / tg.rows_in, i = ri - c * tg.rows_in;
-      const int h = tg.h0 + i;
-      T* dst = patch + c * p.CS + i * p.PW + p.PADL;
-      if (h < 0 || h >= p.H) {
-        for (int w = lane; w < p.wcopy; w += 32) dst[w] = from_f<T>(0.f);
-        continue;
-      }
-      const T* src = x + ((size_t)(tg.n * kC + c) * p.H + h) * p.W;
-      if (p.vec) {
-        constexpr int V = 16 / sizeof(T);
-        for (int v = lane; v < p.wcopy / V; v += 32) cp_async16(dst + v * V, src + v * V);
-      } else if constexpr (sizeof(T) == 4) {
-        for (int w = lane; w < p.wcopy; w += 32) cp_async4(dst + w, src + w);
-      } else {
-        for (int w = lane; w < p.wcopy; w += 32) dst[w] = src[w];
+    // channel-outer, no per-row division; a row is at most a few vectors
+    // per lane, so the copy loops stay rolled (instruction issue is the cost)
+    for (int c = 0; c < kC; ++c) {
+      for (int i = warp; i < tg.rows_in; i += NWARPS) {
+        const int h = tg.h0 + i;
+        T* dst = patch + c * p.CS + i * p.PW + p.PADL;
+        if (h < 0 || h >= p.H) {
+          for (int w = lane; w < p.wcopy; w += 32) dst[w] = from_f<T>(0.f);
+          continue;
+        }
+        const T* src = x + ((size_t)(tg.n * kC + c) * p.H + h) * p.W;
+        if (p.vec) {
+          constexpr int V = 16 / sizeof(T);
+#pragma unroll 1
+          for (int v = lane; v < p.wcopy / V; v += 32) cp_async16(dst + v * V, src + v * V);
+        } else if constexpr (sizeof(T) == 4) {
+          for (int w = lane; w < p.wcopy; w += 32) cp_async4(dst + w, src + w);
+        } else {
+          for (int w = lane; w < p.wcopy; w += 32) dst[w] = src[w];
+        }
       }
     }
   } else {
     // channels_last: the patch is NHWC too, so an input row (W*C contiguous
     // elements) is one contiguous copy.
     const int ne = p.wcopy * kC;
-    for (int i = warp; i < tg.rows_in; i += kWarps) {
+    for (int i = warp; i < tg.rows_in; i += NWARPS) {
       const int h = tg.h0 + i;
       T* dst = patch + i * p.rstr + p.PADL * kC;
       if (h < 0 || h >= p.H) {
@@ -272,6 +289,7 @@ __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, 
       const T* src = x + ((size_t)tg.n * p.H + h) * p.W * kC;
       if (p.vec) {
         constexpr int V = 16 / sizeof(T);
+#pragma unroll 1
         for (int v = lane; v < ne / V; v += 32) cp_async16(dst + v * V, src + v * V);
       } else if constexpr (sizeof(T) == 4) {
         for (int e = lane; e < ne; e += 32) cp_async4(dst + e, src + e);
@@ -280,6 +298,40 @@ __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, 
       }
     }
   }
+}
+
+// Resident weights (copy in flight on return), gather table, bias, zeroed patch buffers.
+template <typename T, int MODE, int NT8, int NBUF, int NTHREADS = kThreads, int UNIT = 1>
+__device__ __forceinline__ void init_smem(const Params& p, unsigned char* smem) {
+  constexpr int WB = wfrag_bytes<MODE, NT8>();
+  int* offk = reinterpret_cast<int*>(smem + WB);
+  float* sbias = reinterpret_cast<float*>(smem + WB + kKtab * 4);
+  T* patch0 = reinterpret_cast<T*>(smem + WB + kKtab * 4 + kMaxK * 4);
+  const int buf_elems = kC * p.CS;
+  const int tid = threadIdx.x;
+  for (int i = tid; i < WB / 16; i += NTHREADS)
+    cp_async16(reinterpret_cast<uint4*>(smem) + i, p.wfrag + i);
+  for (int k = tid; k < kKtab; k += NTHREADS) {
+    int v = 0;  // padded k: weight is zero, any finite patch word will do
+    if constexpr (MODE == kHalfP) {
+      // entry u = word offset of the pair (k, k+1) = (2u, 2u+1)
+      const int row = (2 * k) / 12, s = 2 * k - row * 12;
+      const int c = row / kR, r = row - c * kR;
+      if (row < kC * kR) v = (c * p.cstr + r * p.rstr + s) / 2;
+    } else if (k < kKred) {
+      const int c = k / (kR * kR), rr = k - c * kR * kR, r = rr / kR, s = rr - r * kR;
+      v = c * p.cstr + r * p.rstr + s * p.sstr;
+    }
+    offk[k] = v * UNIT;
+  }
+  for (int k = tid; k < kMaxK; k += NTHREADS)
+    sbias[k] = (p.bias != nullptr && k < p.K) ? to_f(static_cast<const T*>(p.bias)[k]) : 0.f;
+  {
+    uint32_t* pz = reinterpret_cast<uint32_t*>(patch0);
+    const int words = NBUF * buf_elems * (int)sizeof(T) / 4;
+    for (int i = tid; i < words; i += NTHREADS) pz[i] = 0u;
+  }
+  __syncthreads();  // zeros in place before any copy lands on top of them
 }
 
 template <typename T, int MODE, int NT8, int NBUF>
@@ -298,30 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-
-  for (int i = tid; i < WB / 16; i += kThreads)
-    cp_async16(reinterpret_cast<uint4*>(smem) + i, p.wfrag + i);
-  for (int k = tid; k < kKtab; k += kThreads) {
-    int v = 0;  // padded k: weight is zero, any finite patch word will do
-    if constexpr (MODE == kHalfP) {
-      // entry u = word offset of the pair (k, k+1) = (2u, 2u+1)
-      const int row = (2 * k) / 12, s = 2 * k - row * 12;
-      const int c = row / kR, r = row - c * kR;
-      if (row < kC * kR) v = (c * p.cstr + r * p.rstr + s) / 2;
-    } else if (k < kKred) {
-      const int c = k / (kR * kR), rr = k - c * kR * kR, r = rr / kR, s = rr - r * kR;
-      v = c * p.cstr + r * p.rstr + s * p.sstr;
-    }
-    offk[k] = v;
-  }
-  for (int k = tid; k < kMaxK; k += kThreads)
-    sbias[k] = (p.bias != nullptr && k < p.K) ? to_f(static_cast<const T*>(p.bias)[k]) : 0.f;
-  {
-    uint32_t* pz = reinterpret_cast<uint32_t*>(patch0);
-    const int words = NBUF * buf_elems * (int)sizeof(T) / 4;
-    for (int i = tid; i < words; i += kThreads) pz[i] = 0u;
-  }
-  __syncthreads();  // zeros in place before any copy lands on top of them
+  init_smem<T, MODE, NT8, NBUF>(p, smem);
 
   int tile = blockIdx.x;
   int buf = 0;
@@ -587,7 +616,393 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
   }
 }
 
+// ---------------------------------------------------------------------------
+// Hopper path (sm_90a): the same tiles, patch and A gather, but the MMAs are
+// wgmma with A from registers and B read by the tensor cores straight from
+// the resident weights through a shared-memory descriptor. That takes the B
+// fragment loads off the LSU/MIO pipe and replaces a warp's 12 HMMA per 16
+// pixels and k step by one asynchronous wgmma per warpgroup, so the gather
+// of later steps overlaps the tensor work instead of competing for issue.
+// Four warpgroups; warpgroup wg (warps 4wg..4wg+3) owns pixels
+// [64wg, 64wg + 64) of the tile as one m64 block, warp wq of it rows
+// 16wq..16wq+15, with the same fragment layouts as mma.sync (A: m16n8k16 /
+// m16n8k8, D: m16n8). Four warps per scheduler (the mma.sync kernel has two)
+// hide the gather and epilogue latencies; each warp gathers only its own 16
+// rows, so the A traffic is the same as with two warpgroups of 128 pixels.
+
+// B in the canonical K-major, no-swizzle layout: per k step (16 halves or 8
+// tf32 = 32 bytes of k) NT8 blocks of 8 channels, each two 8 x 16-byte core
+// matrices (k halves kc = 0, 1) of 128 contiguous bytes. Descriptor: leading
+// (k) byte offset 128, stride (n) byte offset 256; same bytes as wfrag_bytes.
+template <typename T, int MODE, int NT8>
+__global__ void prep_weights_gmma_kernel(const T* __restrict__ w, int K, uint4* __restrict__ out) {
+  constexpr int KS = ksteps<MODE>();
+  constexpr int EPR = MODE == kTF ? 4 : 8;  // elements per 16-byte core-matrix row
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= KS * NT8 * 16) return;
+  const int nr = idx & 7, kc = (idx >> 3) & 1, nb = (idx >> 4) % NT8, ks = (idx >> 4) / NT8;
+  const int n = nb * 8 + nr, k0 = ks * 2 * EPR + kc * EPR;
+  uint32_t v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (MODE == kTF) {
+      v[i] = to_tf32(weight_at<T, MODE>(w, K, k0 + i, n));
+    } else {
+      const T lo = from_f<T>(weight_at<T, MODE>(w, K, k0 + 2 * i, n));
+      const T hi = from_f<T>(weight_at<T, MODE>(w, K, k0 + 2 * i + 1, n));
+      v[i] = (uint32_t)(*reinterpret_cast<const uint16_t*>(&lo)) |
+             ((uint32_t)(*reinterpret_cast<const uint16_t*>(&hi)) << 16);
+    }
+  }
+  out[idx] = make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// A plain sm_90 (or sm_80-only) build compiles the wgmma kernel empty; the
+// host asks this marker, whose static shared memory exists only in an sm_90a
+// image, before choosing it (a function-attribute query: no launch, safe
+// under stream capture).
+__global__ void gmma_marker_kernel() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __shared__ volatile int present;
+  present = 1;
+#endif
+}
+
+bool gmma_built() {
+  cudaFuncAttributes a{};
+  if (cudaFuncGetAttributes(&a, gmma_marker_kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.sharedSizeBytes > 0;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// wgmma with A from registers, B by descriptor, D += A * B (scale-d = 1).
+template <typename T>
+__device__ __forceinline__ void wgmma_rs_n64(float* d, const uint32_t* a, uint64_t desc) {
+  if constexpr (std::is_same_v<T, float>) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+  } else if constexpr (std::is_same_v<T, __half>) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void wgmma_rs_n96(float* d, const uint32_t* a, uint64_t desc) {
+  if constexpr (std::is_same_v<T, float>) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k8.f32.tf32.tf32 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
+                 "{%48, %49, %50, %51}, %52, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
+                 "{%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+  } else if constexpr (std::is_same_v<T, __half>) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
+                 "{%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void wgmma_rs_n128(float* d, const uint32_t* a, uint64_t desc) {
+  if constexpr (std::is_same_v<T, float>) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+  } else if constexpr (std::is_same_v<T, __half>) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+  }
+}
+
+__device__ __forceinline__ void gmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void gmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void gmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins accumulator accesses on their side of a wgmma fence / wait.
+__device__ __forceinline__ void pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+// Generic-proxy writes (cp.async, st.shared) made visible to the tensor cores' async proxy.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+template <typename TA, int NT8>
+__device__ __forceinline__ void gmma_rs(float* d, const uint32_t* a, uint64_t desc) {
+  if constexpr (NT8 == 8) wgmma_rs_n64<TA>(d, a, desc);
+  else if constexpr (NT8 == 12) wgmma_rs_n96<TA>(d, a, desc);
+  else wgmma_rs_n128<TA>(d, a, desc);
+}
+#endif
+
 template <typename T, int MODE, int NT8, int NBUF>
+__global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_kernel(const Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(MODE != kB3 && MODE != kX3, "one product per k step");
+  using TA = std::conditional_t<MODE == kTF, float, T>;
+  constexpr int NWARPS = kGThreads / 32;
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int KS = ksteps<MODE>();
+  constexpr int WB = wfrag_bytes<MODE, NT8>();
+  constexpr int NACC = NT8 * 4;
+  // A buffers and how many k steps ahead of the MMAs they are filled
+  constexpr int NB = 4, AHEAD = 2;
+  // the gather table is kept in bytes (kHalfP counts 32-bit pairs)
+  constexpr int UB = MODE == kHalf ? 2 : 4;
+  const int* offk = reinterpret_cast<const int*>(smem + WB);
+  const int2* offk2 = reinterpret_cast<const int2*>(offk);
+  const float* sbias = reinterpret_cast<const float*>(smem + WB + kKtab * 4);
+  T* patch0 = reinterpret_cast<T*>(smem + WB + kKtab * 4 + kMaxK * 4);
+  const int buf_elems = kC * p.CS;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wg = warp >> 2, wq = warp & 3;
+  init_smem<T, MODE, NT8, NBUF, kGThreads, UB>(p, smem);
+  const uint64_t desc0 = (uint64_t)((smem_u32(smem) >> 4) & 0x3FFF) | ((uint64_t)(128 >> 4) << 16) |
+                         ((uint64_t)(256 >> 4) << 32);
+
+  int tile = blockIdx.x;
+  int buf = 0;
+  if (tile < p.total_tiles) load_patch<T, NWARPS>(p, tile_geom(p, tile), patch0, warp, lane);
+  cp_async_commit();
+
+  for (; tile < p.total_tiles; tile += gridDim.x) {
+    cp_async_wait_all();
+    fence_proxy_async();  // the weights arrived by cp.async; wgmma reads them
+    __syncthreads();
+    const TileGeom tg = tile_geom(p, tile);
+    const int next = tile + gridDim.x;
+    if constexpr (NBUF == 2) {
+      if (next < p.total_tiles)
+        load_patch<T, NWARPS>(p, tile_geom(p, next), patch0 + (buf ^ 1) * buf_elems, warp, lane);
+      cp_async_commit();
+    }
+
+    const int mw = tg.m0 + wg * 64;
+    // warpgroup-uniform: wgmma needs all four warps
+    const bool active = (wg * 64 < p.MT) && (mw < tg.mend);
+    const int mrow = mw + wq * 16 + g;  // this thread's rows: mrow, mrow + 8
+    float acc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+
+    if (active) {
+      const unsigned char* Pb = reinterpret_cast<const unsigned char*>(patch0 + buf * buf_elems);
+      int pb[2];  // byte offsets of rows mrow, mrow + 8 in the patch
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int m = min(mrow + hh * 8, tg.mend - 1);  // clamp keeps reads in loaded rows
+        const int pp = m / p.Q, qq = m - pp * p.Q;
+        pb[hh] = (4 * p.rstr * (pp - tg.p_lo) + (4 * qq + p.shift) * p.sstr) * (int)sizeof(T);
+      }
+      auto ld32 = [&](int off) { return *reinterpret_cast<const uint32_t*>(Pb + off); };
+      auto ld16 = [&](int off) { return (uint32_t)*reinterpret_cast<const uint16_t*>(Pb + off); };
+      // A fragment of k step s (m16n8k16 / m16n8k8 order for this warp's 16 rows)
+      auto gather = [&](int s, uint32_t (&A)[4]) {
+        if constexpr (MODE == kHalf) {
+          const int2 lo = offk2[s * 8 + t], hi = offk2[s * 8 + t + 4];
+          A[0] = ld16(pb[0] + lo.x) | (ld16(pb[0] + lo.y) << 16);
+          A[1] = ld16(pb[1] + lo.x) | (ld16(pb[1] + lo.y) << 16);
+          A[2] = ld16(pb[0] + hi.x) | (ld16(pb[0] + hi.y) << 16);
+          A[3] = ld16(pb[1] + hi.x) | (ld16(pb[1] + hi.y) << 16);
+        } else {
+          const int o0 = offk[s * 8 + t], o1 = offk[s * 8 + t + 4];
+          A[0] = ld32(pb[0] + o0); A[1] = ld32(pb[1] + o0);
+          A[2] = ld32(pb[0] + o1); A[3] = ld32(pb[1] + o1);
+          if constexpr (MODE == kTF) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) A[e] = to_tf32(__uint_as_float(A[e]));
+          }
+        }
+      };
+      // Each A buffer is refilled only after the wait that retires the wgmma
+      // reading it (ptxas serializes the wgmmas otherwise), AHEAD steps
+      // before its own wgmma, so the gather latency hides behind the queue.
+      uint32_t A[NB][4];
+#pragma unroll
+      for (int u = 0; u < AHEAD; ++u) gather(u, A[u]);
+#pragma unroll 1
+      for (int s = 0; s < KS; s += NB) {
+#pragma unroll
+        for (int u = 0; u < NB; ++u) {
+          if (s + u < KS) {
+            gmma_fence();
+            gmma_rs<TA, NT8>(acc, A[u], desc0 + (uint64_t)(((s + u) * NT8 * 256) >> 4));
+            gmma_commit();
+            gmma_wait<NB - AHEAD>();
+            gather(s + u + AHEAD, A[(u + AHEAD) % NB]);
+          }
+        }
+      }
+      gmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < NACC; ++i) pin(acc[i]);
+    }
+
+    if constexpr (NBUF == 1) {
+      __syncthreads();  // every warp is done reading the patch
+      if (next < p.total_tiles) load_patch<T, NWARPS>(p, tile_geom(p, next), patch0, warp, lane);
+      cp_async_commit();
+    } else {
+      buf ^= 1;
+    }
+
+    if (active) {
+      const bool ok0 = mrow < tg.mend, ok1 = mrow + 8 < tg.mend;
+      const size_t jstep = (size_t)8 * p.PQ;  // n8 block -> next one
+      T* y0 = static_cast<T*>(p.y) + ((size_t)tg.n * p.K + 2 * t) * p.PQ + mrow;
+      T* y1 = y0 + p.PQ;
+      // predicate-free stores unless the tile or the channel count is ragged
+      auto store = [&](auto full) {
+#pragma unroll
+        for (int j = 0; j < NT8; ++j) {
+          const int ch = j * 8 + 2 * t;
+          const float2 bv = *reinterpret_cast<const float2*>(sbias + ch);
+          if (full || ch < p.K) {
+            if (full || ok0) y0[0] = from_f<T>(acc[j * 4] + bv.x);
+            if (full || ok1) y0[8] = from_f<T>(acc[j * 4 + 2] + bv.x);
+          }
+          if (full || ch + 1 < p.K) {
+            if (full || ok0) y1[0] = from_f<T>(acc[j * 4 + 1] + bv.y);
+            if (full || ok1) y1[8] = from_f<T>(acc[j * 4 + 3] + bv.y);
+          }
+          y0 += jstep;
+          y1 += jstep;
+        }
+      };
+      if (ok1 && p.K == NT8 * 8) store(std::true_type{});
+      else store(std::false_type{});
+    }
+  }
+#endif
+}
+
+template <typename T, int MODE, int NT8, int NBUF, bool GMMA>
 bool launch(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
             int pad, bool nhwc, const at::Tensor& output) {
   const int N = input.size(0), H = input.size(2), W = input.size(3), K = weight.size(0);
@@ -638,8 +1053,13 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
   auto wbuf = at::empty({WB}, input.options().dtype(at::kByte));
   {
     const int nthreads = WB / 16;
-    prep_weights_kernel<T, MODE, NT8><<<(nthreads + 255) / 256, 256, 0, stream>>>(
-        static_cast<const T*>(weight.data_ptr()), K, static_cast<uint32_t*>(wbuf.data_ptr()));
+    if constexpr (GMMA) {
+      prep_weights_gmma_kernel<T, MODE, NT8><<<(nthreads + 255) / 256, 256, 0, stream>>>(
+          static_cast<const T*>(weight.data_ptr()), K, static_cast<uint4*>(wbuf.data_ptr()));
+    } else {
+      prep_weights_kernel<T, MODE, NT8><<<(nthreads + 255) / 256, 256, 0, stream>>>(
+          static_cast<const T*>(weight.data_ptr()), K, static_cast<uint32_t*>(wbuf.data_ptr()));
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   p.x = input.data_ptr();
@@ -648,21 +1068,42 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
   p.y = output.data_ptr();
 
   auto kern = conv11s4_fwd_tc_kernel<T, MODE, NT8, NBUF>;
+  if constexpr (GMMA) kern = conv11s4_fwd_gmma_kernel<T, MODE, NT8, NBUF>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const int grid = (int)std::min<int64_t>(total, num_sms);
-  kern<<<grid, kThreads, smem, stream>>>(p);
+  kern<<<grid, GMMA ? kGThreads : kThreads, smem, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }
 
-template <typename T, int MODE, int NBUF>
+template <typename T, int MODE, int NBUF, bool GMMA>
 bool dispatch_k(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                 int pad, bool nhwc, const at::Tensor& output) {
   const int K = weight.size(0);
-  if (K <= 64) return launch<T, MODE, 8, NBUF>(input, weight, bias, pad, nhwc, output);
-  if (K <= 96) return launch<T, MODE, 12, NBUF>(input, weight, bias, pad, nhwc, output);
-  if constexpr (MODE == kHalf || MODE == kHalfP) return launch<T, MODE, 16, NBUF>(input, weight, bias, pad, nhwc, output);
+  if (K <= 64) return launch<T, MODE, 8, NBUF, GMMA>(input, weight, bias, pad, nhwc, output);
+  if (K <= 96) return launch<T, MODE, 12, NBUF, GMMA>(input, weight, bias, pad, nhwc, output);
+  if constexpr (MODE == kHalf || MODE == kHalfP)
+    return launch<T, MODE, 16, NBUF, GMMA>(input, weight, bias, pad, nhwc, output);
   return false;  // fp32 weights for K > 96 leave too little shared memory for a patch
+}
+
+template <typename T, int MODE, int NBUF>
+bool dispatch(bool gmma, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+              int pad, bool nhwc, const at::Tensor& output) {
+  if (gmma) return dispatch_k<T, MODE, NBUF, true>(input, weight, bias, pad, nhwc, output);
+  return dispatch_k<T, MODE, NBUF, false>(input, weight, bias, pad, nhwc, output);
+}
+
+// Per device: 0 unknown, 1 no wgmma kernel for it, 2 wgmma kernel present.
+bool use_gmma(const cudaDeviceProp& prop, int dev) {
+  static std::atomic<int> state[64];
+  if (prop.major != 9 || dev < 0 || dev >= 64) return false;
+  int s = state[dev].load(std::memory_order_relaxed);
+  if (s == 0) {
+    s = gmma_built() ? 2 : 1;
+    state[dev].store(s, std::memory_order_relaxed);
+  }
+  return s == 2;
 }
 
 }  // namespace
@@ -687,17 +1128,19 @@ bool conv11s4_forward_fast(const at::Tensor& input, const at::Tensor& weight,
   if (prop.major < 8) return false;
   c10::cuda::CUDAGuard guard(input.device());
   const int pad = (int)padding;
+  const bool gmma = use_gmma(prop, input.get_device());
   switch (input.scalar_type()) {
     case at::kFloat:
-      if (math == Fp32Math::kAccurate) return dispatch_k<float, kX3, 1>(input, weight, bias, pad, nhwc, output);
-      if (math == Fp32Math::kBf16x3) return dispatch_k<float, kB3, 1>(input, weight, bias, pad, nhwc, output);
-      return dispatch_k<float, kTF, 1>(input, weight, bias, pad, nhwc, output);
+      if (math == Fp32Math::kAccurate) return dispatch_k<float, kX3, 1, false>(input, weight, bias, pad, nhwc, output);
+      if (math == Fp32Math::kBf16x3) return dispatch_k<float, kB3, 1, false>(input, weight, bias, pad, nhwc, output);
+      return dispatch<float, kTF, 1>(gmma, input, weight, bias, pad, nhwc, output);
     case at::kBFloat16:
-      if (!nhwc && pad % 2 == 0) return dispatch_k<__nv_bfloat16, kHalfP, 2>(input, weight, bias, pad, nhwc, output);
-      return dispatch_k<__nv_bfloat16, kHalf, 2>(input, weight, bias, pad, nhwc, output);
+      if (!nhwc && pad % 2 == 0)
+        return dispatch<__nv_bfloat16, kHalfP, 2>(gmma, input, weight, bias, pad, nhwc, output);
+      return dispatch<__nv_bfloat16, kHalf, 2>(gmma, input, weight, bias, pad, nhwc, output);
     case at::kHalf:
-      if (!nhwc && pad % 2 == 0) return dispatch_k<__half, kHalfP, 2>(input, weight, bias, pad, nhwc, output);
-      return dispatch_k<__half, kHalf, 2>(input, weight, bias, pad, nhwc, output);
+      if (!nhwc && pad % 2 == 0) return dispatch<__half, kHalfP, 2>(gmma, input, weight, bias, pad, nhwc, output);
+      return dispatch<__half, kHalf, 2>(gmma, input, weight, bias, pad, nhwc, output);
     default:
       return false;
   }

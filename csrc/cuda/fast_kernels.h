@@ -42,4 +42,13 @@ bool conv11s4_backward_weight_fast(
     const at::Tensor& grad_weight,
     const std::optional<at::Tensor>& grad_bias);
 
+// grad_output NCHW contiguous; weight as above; grad_input (N, C, H, W) NCHW
+// contiguous, uninitialised.
+bool conv11s4_backward_input_fast(
+    const at::Tensor& grad_output,
+    const at::Tensor& weight,
+    int64_t padding,
+    Fp32Math math,
+    const at::Tensor& grad_input);
+
 }  // namespace alexop::cuda
