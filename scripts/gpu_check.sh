@@ -21,6 +21,8 @@ for dt in (torch.float32, torch.bfloat16):
     y = alexop.conv11s4(x.to(dt), w.to(dt), b.to(dt))
     torch.ops.alexop.conv11s4_backward_weight(torch.randn_like(y), x.to(dt), 2, True)
     torch.ops.alexop.conv11s4_backward_input(torch.randn_like(y), w.to(dt), list(x.shape), 2)
+    # the tensor-core input gradient needs tiles for half the SMs: batch 8 at 224x224
+    torch.ops.alexop.conv11s4_backward_input(torch.randn(8, 96, 55, 55, device="cuda", dtype=dt), w.to(dt), [8, 3, 224, 224], 2)
 torch.cuda.synchronize(); print("ok")'
 for tool in memcheck racecheck; do
   timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 -c "$small" >> "$OUT/sanitizer.log" 2>&1
