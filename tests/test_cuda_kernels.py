@@ -1,5 +1,6 @@
-"""The CUDA tensor-core paths: accuracy per precision mode, every element written,
-bitwise reproducibility, odd shapes, and outputs past 2^31 elements."""
+"""The CUDA tensor-core paths (forward, weight and input gradients): accuracy per
+precision mode, every element written, bitwise reproducibility, odd shapes, and
+outputs past 2^31 elements."""
 
 import pytest
 import torch
@@ -95,6 +96,41 @@ def test_weight_and_bias_grad_accuracy(shape, dtype, mode, bound):
         assert rel_l2(g, r) <= bound, name
 
 
+# The tensor-core input gradient serves batches whose tiles cover at least half
+# the SMs (batch >= 6 at 224x224 on a 132-SM H100/H200); smaller problems take
+# the cuBLAS + fold path, which the other backward tests cover.
+DGRAD_SHAPES = [
+    (8, 96, 224, 224, 2),
+    (12, 64, 227, 227, 0),
+    (24, 96, 97, 131, 1),
+]
+
+
+@pytest.mark.parametrize("shape", DGRAD_SHAPES, ids=str)
+@pytest.mark.parametrize(
+    "dtype,mode,bound",
+    [
+        (torch.float32, "highest", 1e-5),
+        (torch.float32, "medium", 1e-3),
+        (torch.bfloat16, "highest", REL_L2[torch.bfloat16]),
+        (torch.float16, "highest", REL_L2[torch.float16]),
+    ],
+    ids=["fp32", "tf32", "bf16", "fp16"],
+)
+def test_input_grad_accuracy(shape, dtype, mode, bound):
+    n, k, h, w, p = shape
+    _, wt, _ = make_inputs(1, 3, k, h, w, dtype=dtype, device="cuda")
+    grad = torch.randn(n, k, (h + 2 * p - 11) // 4 + 1, (w + 2 * p - 11) // 4 + 1, device="cuda").to(dtype)
+    want = torch.nn.grad.conv2d_input((n, 3, h, w), wt.double().cpu(), grad.double().cpu(), stride=4, padding=p)
+    _poison_allocator(n * 3 * h * w, dtype)
+    with precision(mode):
+        got = torch.ops.alexop.conv11s4_backward_input(grad, wt, [n, 3, h, w], p)
+    assert torch.isfinite(got).all(), "some input-gradient element was not written"
+    assert rel_l2(got, want) <= bound
+    if dtype == torch.float32 and mode == "highest":
+        torch.testing.assert_close(got.double().cpu(), want, atol=1e-4, rtol=1e-4)
+
+
 def test_float32_matmul_precision_selects_the_mode():
     x, wt, b = make_inputs(8, 3, 96, 224, 224, device="cuda")
     ref = reference(x, wt, b)
@@ -113,10 +149,16 @@ def test_float32_matmul_precision_selects_the_mode():
 def test_bitwise_reproducible(dtype):
     x, wt, b = make_inputs(32, 3, 96, 224, 224, dtype=dtype, device="cuda")
     grad = torch.randn(32, 96, 55, 55, device="cuda").to(dtype)
-    first = (alexop.conv11s4(x, wt, b),) + tuple(torch.ops.alexop.conv11s4_backward_weight(grad, x, 2, True))
+    def run():
+        return (
+            alexop.conv11s4(x, wt, b),
+            *torch.ops.alexop.conv11s4_backward_weight(grad, x, 2, True),
+            torch.ops.alexop.conv11s4_backward_input(grad, wt, list(x.shape), 2),
+        )
+
+    first = run()
     for _ in range(3):
-        again = (alexop.conv11s4(x, wt, b),) + tuple(torch.ops.alexop.conv11s4_backward_weight(grad, x, 2, True))
-        assert all(torch.equal(a, f) for a, f in zip(again, first))
+        assert all(torch.equal(a, f) for a, f in zip(run(), first))
 
 
 @pytest.mark.slow
