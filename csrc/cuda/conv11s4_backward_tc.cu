@@ -21,6 +21,7 @@
 // The input gradient is conv11s4_backward_input_tc.cu.
 
 #include "fast_kernels.h"
+#include "ptx.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -79,44 +80,15 @@ struct Bits<float> {
 template <>
 struct Bits<at::BFloat16> {
   using S = uint16_t;
+  using Mma = __nv_bfloat16;  // operand type of mma_16
 };
 template <>
 struct Bits<at::Half> {
   using S = uint16_t;
+  using Mma = __half;
 };
 
-__device__ __forceinline__ float cvt_tf32(float v) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return __uint_as_float(r);
-}
-
-__device__ __forceinline__ void mma_tf32(float* d, const uint32_t* a,
-                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <typename T>
-__device__ __forceinline__ void mma_16(float* d, const uint32_t* a,
-                                       uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, at::BFloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
+__device__ __forceinline__ float cvt_tf32(float v) { return __uint_as_float(to_tf32(v)); }
 
 // Global element -> shared storage value. kTf32 rounds once here so the
 // fragments can be fed to the MMA as they are.
@@ -396,7 +368,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           const uint32_t b0 = smw[boff[nt] + kb / 2];
           const uint32_t b1 = smw[boff[nt] + kb / 2 + 4];
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) mma_16<T>(acc[mt][nt], a[mt], b0, b1);
+          for (int mt = 0; mt < MT; ++mt) mma_16<typename Bits<T>::Mma>(acc[mt][nt], a[mt], b0, b1);
         }
       }
     }
@@ -438,9 +410,6 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src,
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst),
                "l"(src), "r"(ok ? 4 : 0));
 }
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -455,7 +424,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int MH = MT * 16;
   constexpr int TPR = kThreads / MH;  // threads per dy row: 4 (K=96), 6 (K=64)
   extern __shared__ __align__(16) float sm2[];
-  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(sm2));
+  const uint32_t sbase = smem_u32(sm2);
   const uint32_t* smw = reinterpret_cast<const uint32_t*>(sm2);
 
   const int tid = threadIdx.x;
@@ -661,7 +630,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int AW = kQC3 / 2 + 1;  // words copied per dy row
   constexpr int JWW = kJW3 / 2 + 1; // words copied per input row
   extern __shared__ __align__(16) uint16_t sm3[];
-  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(sm3));
+  const uint32_t sbase = smem_u32(sm3);
   const uint16_t* smh = sm3;
   const uint32_t* smw = reinterpret_cast<const uint32_t*>(sm3);
 
@@ -778,7 +747,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         const uint32_t b1 =
             (uint32_t)smh[h + 32] | ((uint32_t)smh[h + 36] << 16);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) mma_16<T>(acc[mt][nt], a[mt], b0, b1);
+        for (int mt = 0; mt < MT; ++mt) mma_16<typename Bits<T>::Mma>(acc[mt][nt], a[mt], b0, b1);
       }
     }
 
