@@ -1,8 +1,12 @@
-// CPU kernels. The convolution is a GEMM over an unfolded input (rows
-// c*121 + r*11 + s, columns p*Q + q), built for a bounded chunk of images at a
-// time so the working set stays in the tens of MB whatever the batch; the
-// unfolding runs on all cores and the GEMMs go to ATen's BLAS. float16 and
-// bfloat16 (what CPU autocast produces) are computed in float32.
+// CPU kernels. The convolution is a GEMM over an unfolded input, built for a
+// bounded chunk of images at a time (a few MB, reused across chunks: a
+// buffer as large as the batch spent as much time in page faults as in
+// copying); the unfolding runs on all cores and the GEMMs go to ATen's BLAS.
+// The forward and weight gradient unfold pixel-major (one row of 363 taps
+// per output pixel: each (c, r) is a run of 11 consecutive input columns),
+// which is also the layout the forward GEMM runs fastest with; the input
+// gradient folds a tap-major matrix back. float16 and bfloat16 (what CPU
+// autocast produces) are computed in float32.
 
 #include "../conv11s4.h"
 
@@ -23,8 +27,9 @@ namespace alexop {
 namespace {
 
 constexpr int64_t kTaps = kKernelSize * kKernelSize;
-// Unfolded elements per chunk: 32 Mi elements (128 MB in float32).
-constexpr int64_t kChunkElements = int64_t{1} << 25;
+// Unfolded elements per chunk: 2 Mi elements (8 MB in float32), one
+// 224x224 image.
+constexpr int64_t kChunkElements = int64_t{1} << 21;
 
 struct Geometry {
   int64_t C, H, W, P, Q, pad;
@@ -51,37 +56,48 @@ int64_t chunk_images(const Geometry& g, int64_t n) {
   return std::clamp<int64_t>(kChunkElements / (g.rows() * g.cols()), 1, n);
 }
 
-// cols[b, row, p*Q + q] = x[b, c, 4p + r - pad, 4q + s - pad], zero outside.
+// cols[b, p*Q + q, c*121 + r*11 + s] = x[b, c, 4p + r - pad, 4q + s - pad],
+// zero outside the image.
 template <typename T>
 void unfold(const T* x, const Geometry& g, int64_t images, T* cols) {
   const int64_t rows = g.rows();
-  at::parallel_for(0, images * rows, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, images * g.P, 1, [&](int64_t begin, int64_t end) {
     for (const auto i : c10::irange(begin, end)) {
-      const int64_t b = i / rows, row = i % rows;
-      const int64_t c = row / kTaps, r = row % kTaps / kKernelSize,
-                    s = row % kKernelSize;
-      const T* plane = x + (b * g.C + c) * g.H * g.W;
-      T* dst = cols + i * g.cols();
-      const auto [q_lo, q_hi] = g.valid_q(s);
-      for (const auto p : c10::irange(g.P)) {
-        T* out = dst + p * g.Q;
-        const int64_t h = kStride * p + r - g.pad;
-        if (h < 0 || h >= g.H) {
-          std::fill(out, out + g.Q, T(0));
-          continue;
+      const int64_t b = i / g.P, p = i % g.P;
+      for (const auto q : c10::irange(g.Q)) {
+        T* dst = cols + (i * g.Q + q) * rows;
+        const int64_t w0 = kStride * q - g.pad;  // input column of s = 0
+        const int64_t s_lo = std::clamp<int64_t>(-w0, 0, kKernelSize);
+        const int64_t s_hi = std::clamp<int64_t>(g.W - w0, s_lo, kKernelSize);
+        for (const auto c : c10::irange(g.C)) {
+          const T* plane = x + (b * g.C + c) * g.H * g.W;
+          for (const auto r : c10::irange(kKernelSize)) {
+            T* out = dst + c * kTaps + r * kKernelSize;
+            const int64_t h = kStride * p + r - g.pad;
+            if (h < 0 || h >= g.H) {
+              std::fill(out, out + kKernelSize, T(0));
+              continue;
+            }
+            const T* in = plane + h * g.W;
+            if (s_lo == 0 && s_hi == kKernelSize) {
+              // interior: a fixed-length copy the compiler unrolls
+              for (const auto s : c10::irange(kKernelSize)) {
+                out[s] = in[w0 + s];
+              }
+              continue;
+            }
+            std::fill(out, out + s_lo, T(0));
+            std::copy(in + w0 + s_lo, in + w0 + s_hi, out + s_lo);
+            std::fill(out + s_hi, out + kKernelSize, T(0));
+          }
         }
-        const T* in = plane + h * g.W + s - g.pad;
-        std::fill(out, out + q_lo, T(0));
-        for (int64_t q = q_lo; q < q_hi; ++q) {
-          out[q] = in[kStride * q];
-        }
-        std::fill(out + q_hi, out + g.Q, T(0));
       }
     }
   });
 }
 
-// The adjoint of unfold: x[b, c, 4p + r - pad, 4q + s - pad] += cols[...].
+// x[b, c, 4p + r - pad, 4q + s - pad] += cols[b, c*121 + r*11 + s, p*Q + q]:
+// the adjoint of unfold, from the tap-major matrix W^T . dy.
 // Each task owns whole (image, channel) planes, so there are no races and
 // the summation order is fixed.
 template <typename T>
@@ -146,7 +162,7 @@ at::Tensor conv11s4_cpu(
   const auto w = weight.contiguous().view({K, g.rows()});
   const auto bias = has_bias ? bias_opt->view({K, 1}) : at::Tensor();
   const int64_t chunk = chunk_images(g, N);
-  auto cols = at::empty({chunk, g.rows(), g.cols()}, x.options());
+  auto cols = at::empty({chunk, g.cols(), g.rows()}, x.options());
   auto y = output.view({N, K, g.cols()});
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t nb = std::min(chunk, N - n0);
@@ -158,10 +174,11 @@ at::Tensor conv11s4_cpu(
     // GEMM's addend: no batched copy of the weight, no extra pass.
     for (const auto b : c10::irange(nb)) {
       auto y_b = y[n0 + b];
+      const auto cols_b = cols[b].t();
       if (has_bias) {
-        at::addmm_out(y_b, bias, w, cols[b]);
+        at::addmm_out(y_b, bias, w, cols_b);
       } else {
-        at::mm_out(y_b, w, cols[b]);
+        at::mm_out(y_b, w, cols_b);
       }
     }
   }
@@ -235,7 +252,7 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cpu(
   const auto x = input.contiguous();
   const auto go = grad_output.contiguous();
   const int64_t chunk = chunk_images(g, N);
-  auto cols = at::empty({chunk, g.rows(), g.cols()}, x.options());
+  auto cols = at::empty({chunk, g.cols(), g.rows()}, x.options());
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t nb = std::min(chunk, N - n0);
     auto cols_nb = cols.narrow(0, 0, nb);
@@ -245,7 +262,7 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cpu(
     });
     const auto g_nb = go.narrow(0, n0, nb).view({nb, K, g.cols()});
     for (const auto b : c10::irange(nb)) {
-      grad_weight.addmm_(g_nb[b], cols_nb[b].t());
+      grad_weight.addmm_(g_nb[b], cols_nb[b]);
     }
   }
   return {grad_weight.view({K, g.C, kKernelSize, kKernelSize}), grad_bias};
