@@ -359,37 +359,11 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_dgrad_tc_kernel(const Pa
 #pragma unroll
           for (int a = 0; a < 2; ++a)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float f = __uint_as_float(araw[a][e]);
-              ab[a][e] = to_tf32(f);
-              as[a][e] = to_tf32(f - __uint_as_float(ab[a][e]));
-            }
+            for (int e = 0; e < 4; ++e) split_3xtf32(__uint_as_float(araw[a][e]), ab[a][e], as[a][e]);
 #pragma unroll
           for (int jj = 0; jj < kNJ; ++jj) {
             const uint32_t braw[2][2] = {{bq[jj].x, bq[jj].y}, {bq[jj].z, bq[jj].w}};
-            uint32_t bb[2][2], bs[2][2];
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float f = __uint_as_float(braw[hh][e]);
-                bb[hh][e] = to_tf32(f);
-                bs[hh][e] = to_tf32(f - __uint_as_float(bb[hh][e]));
-              }
-            // pass-major: the three products into one accumulator are four
-            // independent MMAs apart
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-              for (int a = 0; a < 2; ++a) mma_tf32(acc[a][2 * jj + hh], as[a], bb[hh][0], bb[hh][1]);
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-              for (int a = 0; a < 2; ++a) mma_tf32(acc[a][2 * jj + hh], ab[a], bs[hh][0], bs[hh][1]);
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-              for (int a = 0; a < 2; ++a) mma_tf32(acc[a][2 * jj + hh], ab[a], bb[hh][0], bb[hh][1]);
+            mma_3xtf32_2x2(acc, 2 * jj, ab, as, braw);
           }
         }
       }

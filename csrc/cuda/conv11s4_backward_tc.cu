@@ -16,8 +16,8 @@
 //    16-row ring so consecutive output rows load only 4 new input rows.
 //  - wgrad_h16_kernel: bf16/fp16, same pipeline with 4-byte pair copies
 //    (NCHW, W even).
-//  - wgrad_partial_kernel (v1): register-staged loads, any strides; kept for
-//    16-bit channels_last or odd W.
+//  - wgrad_partial_kernel (v1): bf16/fp16, register-staged loads, any
+//    strides; serves 16-bit channels_last or odd W.
 // The input gradient is conv11s4_backward_input_tc.cu.
 
 #include "fast_kernels.h"
@@ -44,70 +44,27 @@ constexpr int kNcol = kCin * kKsz * kKsz;  // 363
 constexpr int kNW = kNcol + 1;             // + the grad_bias column
 constexpr int kSlots = 12;  // ring of input rows: 11 live + 1 being refilled
 
-// Geometry of the shared-memory tiles. The input patch is stored
-// "phase-split": image column j of a patch row goes to phase (j & 3), index
-// (j >> 2), so the stride-4 im2col gather becomes unit stride along q.
-template <bool kHalf>
-struct Geo;
-template <>
-struct Geo<false> {            // fp32 storage, m16n8k8 tf32
-  static constexpr int QC = 56;    // q per stage (7 k8 steps; Q = 55 at 224)
-  static constexpr int PH = 72;    // phase row length; 72 = 8 mod 32 banks
-  static constexpr int LDA = 60;   // dy row stride; 60 = 28 mod 32 banks
-  static constexpr int KSTEP = 8;
-  static constexpr int NCOPY = 1;
-  static constexpr int PSZ = kCin * kSlots * 4 * PH;
-};
-template <>
-struct Geo<true> {             // 16-bit storage, m16n8k16
-  static constexpr int QC = 64;
-  static constexpr int PH = 80;    // 40 words = 8 mod 32 banks
-  static constexpr int LDA = 72;   // 36 words = 4 mod 32 banks
-  static constexpr int KSTEP = 16;
+// v1 shared-memory tiles (16-bit storage, m16n8k16). The input patch is
+// stored "phase-split": image column j of a patch row goes to phase (j & 3),
+// index (j >> 2), so the stride-4 im2col gather becomes unit stride along q.
+struct Geo1 {
+  static constexpr int QC = 64;    // q per stage (4 k16 steps)
+  static constexpr int PH = 80;    // phase row length: 40 words = 8 mod 32 banks
+  static constexpr int LDA = 72;   // dy row stride: 36 words = 4 mod 32 banks
   // A second copy shifted by one element keeps every (l, l+1) pair 4-byte
   // aligned whatever the parity of the column offset; +8 halves puts the
   // copy 4 banks away from the first so the two do not collide.
-  static constexpr int NCOPY = 2;
   static constexpr int PSZ = kCin * kSlots * 4 * PH + 8;
+  static constexpr int ONES = 2 * PSZ;
 };
+
+// The mma_16 operand type of a 16-bit ATen type.
+template <typename T>
+using MmaType = std::conditional_t<std::is_same_v<T, at::BFloat16>, __nv_bfloat16, __half>;
 
 template <typename T>
-struct Bits;
-template <>
-struct Bits<float> {
-  using S = float;
-};
-template <>
-struct Bits<at::BFloat16> {
-  using S = uint16_t;
-  using Mma = __nv_bfloat16;  // operand type of mma_16
-};
-template <>
-struct Bits<at::Half> {
-  using S = uint16_t;
-  using Mma = __half;
-};
-
-__device__ __forceinline__ float cvt_tf32(float v) { return __uint_as_float(to_tf32(v)); }
-
-// Global element -> shared storage value. kTf32 rounds once here so the
-// fragments can be fed to the MMA as they are.
-template <typename T, bool kTf32>
-__device__ __forceinline__ typename Bits<T>::S to_smem(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return kTf32 ? cvt_tf32(v) : v;
-  } else {
-    return reinterpret_cast<const uint16_t&>(v);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ T zero_val() {
-  if constexpr (std::is_same_v<T, float>) {
-    return 0.f;
-  } else {
-    return T(0.f);
-  }
+__device__ __forceinline__ uint16_t bits16(T v) {
+  return reinterpret_cast<const uint16_t&>(v);
 }
 
 // 3xTF32 split: big keeps the top 10 mantissa bits (exactly what the tensor
@@ -161,30 +118,27 @@ __device__ __forceinline__ void flush_tile(float (&acc)[MT][kNT][4], float* wsl,
   zero_tile(acc);
 }
 
-// MODE 0: 3xTF32 (fp32-accurate), 1: TF32, 2: bf16/fp16.
-template <typename T, int MODE, int MT>
+// v1, bf16/fp16 (T = at::BFloat16 or at::Half).
+template <typename T, int MT>
 __global__ void __launch_bounds__(kThreads, 2)
     wgrad_partial_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                          int64_t sN, int64_t sC, int64_t sH, int64_t sW,
                          int K, int H, int W, int P, int Q, int pad, int nQc,
-                         int64_t U, int S, int flush_every,
-                         float* __restrict__ ws) {
-  constexpr bool kHalf = sizeof(T) == 2;
-  using G = Geo<kHalf>;
-  using ST = typename Bits<T>::S;
+                         int64_t U, int S, float* __restrict__ ws) {
+  using G = Geo1;
   constexpr int QC = G::QC, PH = G::PH, LDA = G::LDA;
   constexpr int RS = 4 * PH;          // one patch row (4 phases)
   constexpr int CS = kSlots * RS;     // one channel
   constexpr int NIDX = QC + 3;        // phase indices a stage reads
   constexpr int JW = 4 * NIDX;        // image columns loaded per patch row
-  constexpr int ONES = G::NCOPY * G::PSZ;
+  constexpr int ONES = G::ONES;
   constexpr int AOFF = ONES + QC;
   constexpr int MH = MT * 16;         // output channels per CTA
   constexpr int A_IT = (MH * QC + kThreads - 1) / kThreads;
   constexpr int P_IT = (kCin * 4 * JW + kThreads - 1) / kThreads;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  ST* sm = reinterpret_cast<ST*>(smem_raw);
+  uint16_t* sm = reinterpret_cast<uint16_t*>(smem_raw);
   const uint32_t* smw = reinterpret_cast<const uint32_t*>(smem_raw);
 
   const int tid = threadIdx.x;
@@ -195,21 +149,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t u0 = U * slice / S, u1 = U * (slice + 1) / S;
 
   for (int i = tid; i < QC; i += kThreads) {
-    if constexpr (std::is_same_v<T, float>) {
-      sm[ONES + i] = 1.f;
-    } else if constexpr (std::is_same_v<T, at::BFloat16>) {
-      sm[ONES + i] = 0x3F80;
-    } else {
-      sm[ONES + i] = 0x3C00;
-    }
+    sm[ONES + i] = std::is_same_v<T, at::BFloat16> ? 0x3F80 : 0x3C00;
   }
 
   float acc[MT][kNT][4];
   zero_tile(acc);
-
-  float* wsl = ws + (int64_t)slice * K * kNW;
-  bool ws_written = false;
-  int since_flush = 0;
 
   const int64_t PQ = (int64_t)P * Q;
   for (int64_t u = u0; u < u1; ++u) {
@@ -232,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int i = tid + it * kThreads;
       const int m = i / QC, q = i - m * QC;
       av[it] = (i < MH * QC && q < qvalid) ? dyp[(int64_t)m * PQ + q]
-                                           : zero_val<T>();
+                                           : T(0.f);
     }
     const T* xb = x + img * sN;
     const int ih0 = 4 * p - pad, iw0 = 4 * q0 - pad;
@@ -241,11 +185,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       slot -= (slot >= kSlots) ? kSlots : 0;
       return c * CS + slot * RS + (j & 3) * PH + (j >> 2);
     };
-    auto patch_store = [&](int dst, int j, ST v) {
+    auto patch_store = [&](int dst, int j, uint16_t v) {
       sm[dst] = v;
-      if constexpr (kHalf) {
-        if (j >= 4) sm[G::PSZ + dst - 1] = v;
-      }
+      if (j >= 4) sm[G::PSZ + dst - 1] = v;
     };
     if (!fresh) {
       // Steady state: rows 4p+7..4p+10 are new, the other 7 are in the ring.
@@ -258,13 +200,13 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int ih = ih0 + rr, iw = iw0 + j;
         pv[it] = (i < kCin * 4 * JW && ih >= 0 && ih < H && iw >= 0 && iw < W)
                      ? xb[c * sC + ih * sH + iw * sW]
-                     : zero_val<T>();
+                     : T(0.f);
       }
 #pragma unroll
       for (int it = 0; it < A_IT; ++it) {
         const int i = tid + it * kThreads;
         const int m = i / QC, q = i - m * QC;
-        if (i < MH * QC) sm[AOFF + m * LDA + q] = to_smem<T, MODE == 1>(av[it]);
+        if (i < MH * QC) sm[AOFF + m * LDA + q] = bits16(av[it]);
       }
 #pragma unroll
       for (int it = 0; it < P_IT; ++it) {
@@ -272,14 +214,14 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int j = i % JW, tr = i / JW;
         const int c = tr % kCin, rr = 7 + tr / kCin;
         if (i < kCin * 4 * JW)
-          patch_store(patch_dst(c, rr, j), j, to_smem<T, MODE == 1>(pv[it]));
+          patch_store(patch_dst(c, rr, j), j, bits16(pv[it]));
       }
     } else {
 #pragma unroll
       for (int it = 0; it < A_IT; ++it) {
         const int i = tid + it * kThreads;
         const int m = i / QC, q = i - m * QC;
-        if (i < MH * QC) sm[AOFF + m * LDA + q] = to_smem<T, MODE == 1>(av[it]);
+        if (i < MH * QC) sm[AOFF + m * LDA + q] = bits16(av[it]);
       }
 #pragma unroll 4
       for (int i = tid; i < kCin * kKsz * JW; i += kThreads) {
@@ -288,8 +230,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int ih = ih0 + rr, iw = iw0 + j;
         const T v = (ih >= 0 && ih < H && iw >= 0 && iw < W)
                         ? xb[c * sC + ih * sH + iw * sW]
-                        : zero_val<T>();
-        patch_store(patch_dst(c, rr, j), j, to_smem<T, MODE == 1>(v));
+                        : T(0.f);
+        patch_store(patch_dst(c, rr, j), j, bits16(v));
       }
     }
     __syncthreads();
@@ -308,78 +250,32 @@ __global__ void __launch_bounds__(kThreads, 2)
         slot -= (slot >= kSlots) ? kSlots : 0;
         o = c * CS + slot * RS + (s & 3) * PH + (s >> 2);
       }
-      if constexpr (kHalf) {
-        boff[nt] = ((o & 1) ? (G::PSZ + o - 1) : o) / 2 + t;  // in words
-      } else {
-        boff[nt] = o + t;
-      }
+      boff[nt] = ((o & 1) ? (G::PSZ + o - 1) : o) / 2 + t;  // in words
     }
 
     // ---- MMA over the stage's reduction slice ----
 #pragma unroll
-    for (int kb = 0; kb < QC; kb += G::KSTEP) {
+    for (int kb = 0; kb < QC; kb += 16) {
       if (kb >= qvalid) break;  // block-uniform: a short last q-chunk
       uint32_t a[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        if constexpr (kHalf) {
-          const int w0 = AOFF / 2 + (mt * 16 + g) * (LDA / 2) + kb / 2 + t;
-          a[mt][0] = smw[w0];
-          a[mt][1] = smw[w0 + 8 * (LDA / 2)];
-          a[mt][2] = smw[w0 + 4];
-          a[mt][3] = smw[w0 + 8 * (LDA / 2) + 4];
-        } else {
-          const int w0 = AOFF + (mt * 16 + g) * LDA + kb + t;
-          a[mt][0] = smw[w0];
-          a[mt][1] = smw[w0 + 8 * LDA];
-          a[mt][2] = smw[w0 + 4];
-          a[mt][3] = smw[w0 + 8 * LDA + 4];
-        }
+        const int w0 = AOFF / 2 + (mt * 16 + g) * (LDA / 2) + kb / 2 + t;
+        a[mt][0] = smw[w0];
+        a[mt][1] = smw[w0 + 8 * (LDA / 2)];
+        a[mt][2] = smw[w0 + 4];
+        a[mt][3] = smw[w0 + 8 * (LDA / 2) + 4];
       }
-      if constexpr (MODE == 0) {
-        uint32_t ab[MT][4], as[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+      for (int nt = 0; nt < kNT; ++nt) {
+        const uint32_t b0 = smw[boff[nt] + kb / 2];
+        const uint32_t b1 = smw[boff[nt] + kb / 2 + 4];
 #pragma unroll
-          for (int e = 0; e < 4; ++e) split_tf32(a[mt][e], ab[mt][e], as[mt][e]);
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          uint32_t b0b, b0s, b1b, b1s;
-          split_tf32(smw[boff[nt] + kb], b0b, b0s);
-          split_tf32(smw[boff[nt] + kb + 4], b1b, b1s);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            // Small terms first so they are not swamped by the big product.
-            mma_tf32(acc[mt][nt], as[mt], b0b, b1b);
-            mma_tf32(acc[mt][nt], ab[mt], b0s, b1s);
-            mma_tf32(acc[mt][nt], ab[mt], b0b, b1b);
-          }
-        }
-      } else if constexpr (MODE == 1) {
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          const uint32_t b0 = smw[boff[nt] + kb], b1 = smw[boff[nt] + kb + 4];
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) mma_tf32(acc[mt][nt], a[mt], b0, b1);
-        }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          const uint32_t b0 = smw[boff[nt] + kb / 2];
-          const uint32_t b1 = smw[boff[nt] + kb / 2 + 4];
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) mma_16<typename Bits<T>::Mma>(acc[mt][nt], a[mt], b0, b1);
-        }
+        for (int mt = 0; mt < MT; ++mt) mma_16<MmaType<T>>(acc[mt][nt], a[mt], b0, b1);
       }
-    }
-
-    if (flush_every > 0 && ++since_flush == flush_every && u + 1 < u1) {
-      flush_tile(acc, wsl, warp, t, g, k0, ws_written);
-      ws_written = true;
-      since_flush = 0;
     }
   }
-  flush_tile(acc, wsl, warp, t, g, k0, ws_written);
+  flush_tile(acc, ws + (int64_t)slice * K * kNW, warp, t, g, k0, false);
 }
 
 // ---------------------------------------------------------------------------
@@ -415,6 +311,54 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// The v2 pipeline, shared by the fp32 and 16-bit kernels. Stages unit u =
+// (img, qc, p) of [u0, u1): issues its copies unless the previous step
+// prefetched them, prefetches the steady successor (same image and q-chunk,
+// next p: only its 4 new rows, into slots disjoint from the 11 in use), and
+// waits for this unit's copies. Returns whether it prefetched.
+template <typename Issue>
+__device__ __forceinline__ bool stage_unit(const Issue& issue, bool loaded, int64_t u, int64_t u1,
+                                           int64_t img, int qc, int p, int P, int buf, int rb) {
+  if (!loaded) {
+    issue(img, qc, p, buf, rb, 0);
+    cp_async_commit();
+  }
+  const bool next = (u + 1 < u1) && (p + 1 < P);
+  if (next) {
+    issue(img, qc, p + 1, buf ^ 1, rb + 4, 7);
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  return next;
+}
+
+// Unit u = (img * nQc + qc) * P + p, advanced without 64-bit divisions
+// (~60-instruction subroutines).
+__device__ __forceinline__ void next_unit(int& p, int& qc, int64_t& img, int P, int nQc) {
+  if (++p == P) {
+    p = 0;
+    if (++qc == nQc) {
+      qc = 0;
+      ++img;
+    }
+  }
+}
+
+// Patch offset of im2col column n = (c, r, s) for a ring of rows starting at
+// slot rb (channel stride cs, row stride rs, columns shifted by `shift`);
+// the bias column and the padding columns read the ones at `ones`.
+__device__ __forceinline__ int ring_column(int n, int rb, int cs, int rs, int shift, int ones) {
+  int o = ones;
+  if (n < kNcol) {
+    const int c = n / 121, rem = n - c * 121;
+    const int r = rem / 11, s = rem - r * 11;
+    o = c * cs + ((rb + r) & (kRing - 1)) * rs + s + shift;
+  }
+  return o;
+}
+
 template <int MODE, int MT>
 __global__ void __launch_bounds__(kThreads, 2)
     wgrad_f32_kernel(const float* __restrict__ dy, const float* __restrict__ x,
@@ -433,7 +377,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int slice = blockIdx.x >> 1;
   const int k0 = (blockIdx.x & 1) * MH;
   const int64_t u0 = U * slice / S, u1 = U * (slice + 1) / S;
-  const int64_t PQ = (int64_t)P * Q;
 
   for (int i = tid; i < 4 * kQC2; i += kThreads) sm2[kOnes2 + i] = 1.f;
 
@@ -481,8 +424,6 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   int rb = 0;
   bool loaded = false;
-  // Unit u = (img * nQc + qc) * P + p, walked incrementally: 64-bit divisions
-  // are ~60-instruction subroutines.
   int p = (int)(u0 % P), qc = (int)((u0 / P) % nQc);
   int64_t img = u0 / P / nQc;
   for (int64_t u = u0; u < u1; ++u) {
@@ -490,34 +431,13 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int buf = (int)(u & 1);
 
     __syncthreads();  // compute of u-1 is done: its A buffer and rows are free
-    if (!loaded) {
-      issue(img, qc, p, buf, rb, 0);
-      cp_async_commit();
-    }
-    // A steady successor (same image and q-chunk, next p) needs only its 4
-    // new rows, which go to slots disjoint from the 11 in use.
-    const bool next = (u + 1 < u1) && (p + 1 < P);
-    if (next) {
-      issue(img, qc, p + 1, buf ^ 1, rb + 4, 7);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    const bool next = stage_unit(issue, loaded, u, u1, img, qc, p, P, buf, rb);
     __syncthreads();
 
     int boff[kNT];
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const int n = (warp * kNT + nt) * 8 + g;
-      int o = kOnes2;  // bias column (and padding) reads the ones
-      if (n < kNcol) {
-        const int c = n / 121, rem = n - c * 121;
-        const int r = rem / 11, s = rem - r * 11;
-        o = c * kCS2 + ((rb + r) & (kRing - 1)) * kRS2 + s;
-      }
-      boff[nt] = o + 4 * t;
-    }
+    for (int nt = 0; nt < kNT; ++nt)
+      boff[nt] = ring_column((warp * kNT + nt) * 8 + g, rb, kCS2, kRS2, 0, kOnes2) + 4 * t;
     // ldmatrix row address of this lane: matrix lane>>3 = (row half, col half)
     const uint32_t lds_row =
         sbase + 4u * (kAoff2 + (buf * MH + ((lane >> 3) & 1) * 8 + (lane & 7)) * kLDA2 +
@@ -579,13 +499,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       ws_written = true;
       since_flush = 0;
     }
-    if (++p == P) {
-      p = 0;
-      if (++qc == nQc) {
-        qc = 0;
-        ++img;
-      }
-    }
+    next_unit(p, qc, img, P, nQc);
   }
   flush_tile(acc, wsl, warp, t, g, k0, ws_written);
 }
@@ -640,7 +554,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int slice = blockIdx.x >> 1;
   const int k0 = (blockIdx.x & 1) * MH;
   const int64_t u0 = U * slice / S, u1 = U * (slice + 1) / S;
-  const int64_t PQ = (int64_t)P * Q;
   const int64_t HW = (int64_t)H * W;
   const int shB = pad & 1;
   const uint16_t one = std::is_same_v<T, at::BFloat16> ? 0x3F80 : 0x3C00;
@@ -695,33 +608,14 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int buf = (int)(u & 1);
 
     __syncthreads();
-    if (!loaded) {
-      issue(img, qc, p, buf, rb, 0);
-      cp_async_commit();
-    }
-    const bool next = (u + 1 < u1) && (p + 1 < P);
-    if (next) {
-      issue(img, qc, p + 1, buf ^ 1, rb + 4, 7);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    const bool next = stage_unit(issue, loaded, u, u1, img, qc, p, P, buf, rb);
     __syncthreads();
 
-    // B: element (l, n) at boff[n] + 4l (halves).
+    // B: element (l, n) at boff[n] + 4l (halves), l = 2t.
     int boff[kNT];
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const int n = (warp * kNT + nt) * 8 + g;
-      int o = kOnes3;
-      if (n < kNcol) {
-        const int c = n / 121, rem = n - c * 121;
-        const int r = rem / 11, s = rem - r * 11;
-        o = c * kCS3 + ((rb + r) & (kRing - 1)) * kRS3 + s + shB;
-      }
-      boff[nt] = o + 8 * t;  // l = 2t
-    }
+    for (int nt = 0; nt < kNT; ++nt)
+      boff[nt] = ring_column((warp * kNT + nt) * 8 + g, rb, kCS3, kRS3, shB, kOnes3) + 8 * t;
     // A: this lane's rows g (+8, +16..) all have the parity of row g.
     const int64_t start0 = ((img * K + k0 + g) * P + p) * Q + qc * kQC3;
     const int shA = (int)(start0 & 1);
@@ -747,19 +641,13 @@ __global__ void __launch_bounds__(kThreads, 2)
         const uint32_t b1 =
             (uint32_t)smh[h + 32] | ((uint32_t)smh[h + 36] << 16);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) mma_16<typename Bits<T>::Mma>(acc[mt][nt], a[mt], b0, b1);
+        for (int mt = 0; mt < MT; ++mt) mma_16<MmaType<T>>(acc[mt][nt], a[mt], b0, b1);
       }
     }
 
     loaded = next;
     rb = next ? ((rb + 4) & (kRing - 1)) : 0;
-    if (++p == P) {
-      p = 0;
-      if (++qc == nQc) {
-        qc = 0;
-        ++img;
-      }
-    }
+    next_unit(p, qc, img, P, nQc);
   }
 
   flush_tile(acc, ws + (int64_t)slice * K * kNW, warp, t, g, k0, false);
@@ -796,63 +684,54 @@ __global__ void wgrad_reduce_kernel(const float* __restrict__ ws, int S, int K,
 template <typename T, int MODE, int MT>
 void launch_wgrad(const at::Tensor& go, const at::Tensor& in, int64_t padding,
                   const at::Tensor& gw, const std::optional<at::Tensor>& gb) {
-  constexpr bool kHalf = sizeof(T) == 2;
-  using G = Geo<kHalf>;
-  using ST = typename Bits<T>::S;
+  // One unit = one output row of QC pixels; the 16-bit kernels share QC.
+  constexpr int QC = std::is_same_v<T, float> ? kQC2 : kQC3;
+  static_assert(Geo1::QC == kQC3, "the 16-bit kernels split the work alike");
   const int N = in.size(0), H = in.size(2), W = in.size(3);
   const int K = go.size(1), P = go.size(2), Q = go.size(3);
-  const int nQc = (Q + G::QC - 1) / G::QC;
+  const int nQc = (Q + QC - 1) / QC;
   const int64_t U = (int64_t)N * nQc * P;
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int S = (int)std::min<int64_t>(sms, U);
-  const int smem =
-      (G::NCOPY * G::PSZ + G::QC + MT * 16 * G::LDA) * (int)sizeof(ST);
-  // 3xTF32 flushes its registers into the partial every 8 rows: the tensor
-  // core's fp32 accumulation truncates, so long chains drift (rel L2 at the
-  // headline: never 4.6e-5, 32 rows 1.3e-5, 16 rows 6.8e-6, 8 rows 3.5e-6;
-  // 8 keeps a 3x margin to 1e-5 for data whose partial sums grow coherently).
-  const int flush = MODE == 0 ? 8 : 0;
 
   auto ws = at::empty({S, K, kNW}, in.options().dtype(at::kFloat));
   auto stream = at::cuda::getCurrentCUDAStream();
   if constexpr (std::is_same_v<T, float>) {
-    const int nQc2 = (Q + kQC2 - 1) / kQC2;
-    const int64_t U2 = (int64_t)N * nQc2 * P;
-    const int S2 = (int)std::min<int64_t>(sms, U2);
-    TORCH_INTERNAL_ASSERT(S2 == S);
-    const int smem2 = wgrad2_smem_floats<MT>() * (int)sizeof(float);
+    // 3xTF32 flushes its registers into the partial every 8 rows: the tensor
+    // core's fp32 accumulation truncates, so long chains drift (rel L2 at the
+    // headline: never 4.6e-5, 32 rows 1.3e-5, 16 rows 6.8e-6, 8 rows 3.5e-6;
+    // 8 keeps a 3x margin to 1e-5 for data whose partial sums grow coherently).
+    const int flush = MODE == 0 ? 8 : 0;
+    const int smem = wgrad2_smem_floats<MT>() * (int)sizeof(float);
     auto kern = wgrad_f32_kernel<MODE, MT>;
     C10_CUDA_CHECK(cudaFuncSetAttribute(
-        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2));
-    kern<<<2 * S, kThreads, smem2, stream>>>(
+        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    kern<<<2 * S, kThreads, smem, stream>>>(
         go.data_ptr<float>(), in.data_ptr<float>(), in.stride(0),
         in.stride(1), in.stride(2), in.stride(3), K, H, W, P, Q,
-        (int)padding, nQc2, U2, S, flush, ws.data_ptr<float>());
+        (int)padding, nQc, U, S, flush, ws.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   } else if (in.is_contiguous() && W % 2 == 0 &&
              reinterpret_cast<uintptr_t>(in.data_ptr()) % 4 == 0 &&
              reinterpret_cast<uintptr_t>(go.data_ptr()) % 4 == 0) {
-    const int nQc3 = (Q + kQC3 - 1) / kQC3;
-    const int64_t U3 = (int64_t)N * nQc3 * P;
-    const int S3 = (int)std::min<int64_t>(sms, U3);
-    TORCH_INTERNAL_ASSERT(S3 == S);
-    const int smem3 = wgrad3_smem_halves<MT>() * 2;
+    const int smem = wgrad3_smem_halves<MT>() * 2;
     auto kern = wgrad_h16_kernel<T, MT>;
     C10_CUDA_CHECK(cudaFuncSetAttribute(
-        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem3));
-    kern<<<2 * S, kThreads, smem3, stream>>>(
-        go.data_ptr<T>(), in.data_ptr<T>(), K, H, W, P, Q, (int)padding, nQc3,
-        U3, S, ws.data_ptr<float>());
+        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    kern<<<2 * S, kThreads, smem, stream>>>(
+        go.data_ptr<T>(), in.data_ptr<T>(), K, H, W, P, Q, (int)padding, nQc,
+        U, S, ws.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   } else {
     // channels_last or odd W: the v1 kernel (register-staged, any strides)
-    auto kern = wgrad_partial_kernel<T, MODE, MT>;
+    const int smem = (Geo1::ONES + QC + MT * 16 * Geo1::LDA) * 2;
+    auto kern = wgrad_partial_kernel<T, MT>;
     C10_CUDA_CHECK(cudaFuncSetAttribute(
         kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     kern<<<2 * S, kThreads, smem, stream>>>(
         go.data_ptr<T>(), in.data_ptr<T>(), in.stride(0), in.stride(1),
         in.stride(2), in.stride(3), K, H, W, P, Q, (int)padding, nQc, U, S,
-        flush, ws.data_ptr<float>());
+        ws.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   const int tot = K * kNW;

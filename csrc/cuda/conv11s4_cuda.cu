@@ -244,14 +244,15 @@ at::Tensor conv11s4_backward_input_cuda(
   if (grad_input.numel() == 0) {
     return grad_input;
   }
+  const auto gy_dense = grad_output.contiguous();
+  const auto w = weight.contiguous();
   if (cuda::conv11s4_backward_input_fast(
-          grad_output.contiguous(), weight.contiguous(), padding, fp32_math(),
-          grad_input)) {
+          gy_dense, w, padding, fp32_math(), grad_input)) {
     return grad_input;
   }
-  const auto gy = grad_output.contiguous().view({s.N, s.K, s.P * s.Q});
+  const auto gy = gy_dense.view({s.N, s.K, s.P * s.Q});
   // cuBLAS follows torch's float32 matmul precision, like the other kernels.
-  const auto wt = weight.contiguous().view({s.K, s.C * kKernelSize * kKernelSize}).t();
+  const auto wt = w.view({s.K, s.C * kKernelSize * kKernelSize}).t();
   const int64_t cols_per_image = s.C * kKernelSize * kKernelSize * s.P * s.Q;
   // Images per GEMM: the unfolded gradient stays under 64 Mi elements.
   const int64_t chunk =
@@ -303,7 +304,7 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
           bias_grad ? std::optional<at::Tensor>(grad_bias) : std::nullopt)) {
     return {grad_weight, grad_bias};
   }
-  const auto x = input.contiguous();
+  const auto x = x_fast.contiguous();
   // An empty batch still launches: its blocks write the zero gradients.
   const int64_t blocks = grad_weight.numel() + grad_bias.numel();
   AT_DISPATCH_FLOATING_TYPES_AND2(

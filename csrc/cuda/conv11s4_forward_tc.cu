@@ -122,6 +122,26 @@ __device__ __forceinline__ void split_bf16x2(float f0, float f1, uint32_t& hi, u
   lo = pack_bf16x2(f0 - __uint_as_float(hi << 16), f1 - __uint_as_float(hi & 0xffff0000u));
 }
 
+// Patch elements of one m16 tile's A fragment, rows g and g+8 at patch
+// offsets pm[0], pm[1]. gather4: k offsets o0, o1 in m16n8k8 order (g, o0)
+// (g+8, o0) (g, o1) (g+8, o1). gather8: k pairs lo, hi in m16n8k16 order
+// (g, lo.x) (g, lo.y) (g+8, lo.x) (g+8, lo.y), then the same for hi.
+template <typename E>
+__device__ __forceinline__ void gather4(const E* P, const int (&pm)[2], int o0, int o1, E (&v)[4]) {
+  v[0] = P[pm[0] + o0]; v[1] = P[pm[1] + o0];
+  v[2] = P[pm[0] + o1]; v[3] = P[pm[1] + o1];
+}
+template <typename E>
+__device__ __forceinline__ void gather8(const E* P, const int (&pm)[2], int2 lo, int2 hi, E (&v)[8]) {
+  v[0] = P[pm[0] + lo.x]; v[1] = P[pm[0] + lo.y]; v[2] = P[pm[1] + lo.x]; v[3] = P[pm[1] + lo.y];
+  v[4] = P[pm[0] + hi.x]; v[5] = P[pm[0] + hi.y]; v[6] = P[pm[1] + hi.x]; v[7] = P[pm[1] + hi.y];
+}
+// Eight 16-bit elements -> four registers of (low, high) pairs.
+__device__ __forceinline__ void pack_pairs(const uint16_t (&r)[8], uint32_t (&a)[4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) a[e] = (uint32_t)r[2 * e] | ((uint32_t)r[2 * e + 1] << 16);
+}
+
 // Weight (n, k) of the padded reduction; kHalfP's k runs over (c, r, s) with s padded to 12.
 template <typename T, int MODE>
 __device__ __forceinline__ float weight_at(const T* __restrict__ w, int K, int k, int n) {
@@ -361,23 +381,13 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
         int2 olo = offk2[t], ohi = offk2[t + 4];
         float af[2][8];
 #pragma unroll
-        for (int a = 0; a < 2; ++a) {
-          af[a][0] = Pf[pm[a][0] + olo.x]; af[a][1] = Pf[pm[a][0] + olo.y];
-          af[a][2] = Pf[pm[a][1] + olo.x]; af[a][3] = Pf[pm[a][1] + olo.y];
-          af[a][4] = Pf[pm[a][0] + ohi.x]; af[a][5] = Pf[pm[a][0] + ohi.y];
-          af[a][6] = Pf[pm[a][1] + ohi.x]; af[a][7] = Pf[pm[a][1] + ohi.y];
-        }
+        for (int a = 0; a < 2; ++a) gather8(Pf, pm[a], olo, ohi, af[a]);
         olo = offk2[8 + t]; ohi = offk2[12 + t];
 #pragma unroll 2
         for (int ks = 0; ks < KS; ++ks) {
           float an[2][8];
 #pragma unroll
-          for (int a = 0; a < 2; ++a) {
-            an[a][0] = Pf[pm[a][0] + olo.x]; an[a][1] = Pf[pm[a][0] + olo.y];
-            an[a][2] = Pf[pm[a][1] + olo.x]; an[a][3] = Pf[pm[a][1] + olo.y];
-            an[a][4] = Pf[pm[a][0] + ohi.x]; an[a][5] = Pf[pm[a][0] + ohi.y];
-            an[a][6] = Pf[pm[a][1] + ohi.x]; an[a][7] = Pf[pm[a][1] + ohi.y];
-          }
+          for (int a = 0; a < 2; ++a) gather8(Pf, pm[a], olo, ohi, an[a]);
           olo = offk2[(ks + 2) * 8 + t]; ohi = offk2[(ks + 2) * 8 + t + 4];
           uint32_t ah[2][4], al[2][4];
 #pragma unroll
@@ -418,19 +428,13 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
         int o0 = offk[t], o1 = offk[t + 4];
         float af[2][4];
 #pragma unroll
-        for (int a = 0; a < 2; ++a) {
-          af[a][0] = Pf[pm[a][0] + o0]; af[a][1] = Pf[pm[a][1] + o0];
-          af[a][2] = Pf[pm[a][0] + o1]; af[a][3] = Pf[pm[a][1] + o1];
-        }
+        for (int a = 0; a < 2; ++a) gather4(Pf, pm[a], o0, o1, af[a]);
         o0 = offk[8 + t]; o1 = offk[12 + t];
 #pragma unroll 2
         for (int ks = 0; ks < KS; ++ks) {
           float an[2][4];
 #pragma unroll
-          for (int a = 0; a < 2; ++a) {
-            an[a][0] = Pf[pm[a][0] + o0]; an[a][1] = Pf[pm[a][1] + o0];
-            an[a][2] = Pf[pm[a][0] + o1]; an[a][3] = Pf[pm[a][1] + o1];
-          }
+          for (int a = 0; a < 2; ++a) gather4(Pf, pm[a], o0, o1, an[a]);
           o0 = offk[(ks + 2) * 8 + t]; o1 = offk[(ks + 2) * 8 + t + 4];
           uint32_t ab[2][4], as[2][4];
 #pragma unroll
@@ -439,41 +443,18 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
             for (int e = 0; e < 4; ++e) {
               if constexpr (MODE == kHalfP) {
                 ab[a][e] = __float_as_uint(af[a][e]);  // already a packed bf16/f16 pair
+              } else if constexpr (MODE == kX3) {
+                split_3xtf32(af[a][e], ab[a][e], as[a][e]);
               } else {
                 ab[a][e] = to_tf32(af[a][e]);
               }
-              if constexpr (MODE == kX3) as[a][e] = to_tf32(af[a][e] - __uint_as_float(ab[a][e]));
             }
 #pragma unroll
           for (int jj = 0; jj < NJW; ++jj) {
             const uint4 b = ws[(ks * NJ + nh * NJW + jj) * 32 + lane];
             const uint32_t braw[2][2] = {{b.x, b.y}, {b.z, b.w}};
             if constexpr (MODE == kX3) {
-              uint32_t bb[2][2], bs[2][2];
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  bb[hh][e] = to_tf32(__uint_as_float(braw[hh][e]));
-                  bs[hh][e] = to_tf32(__uint_as_float(braw[hh][e]) - __uint_as_float(bb[hh][e]));
-                }
-              // pass-major order: the three products into one accumulator
-              // are 4 independent MMAs apart instead of back to back
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                for (int a = 0; a < 2; ++a)
-                  mma_tf32(acc[a][2 * jj + hh], as[a], bb[hh][0], bb[hh][1]);
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                for (int a = 0; a < 2; ++a)
-                  mma_tf32(acc[a][2 * jj + hh], ab[a], bs[hh][0], bs[hh][1]);
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                for (int a = 0; a < 2; ++a)
-                  mma_tf32(acc[a][2 * jj + hh], ab[a], bb[hh][0], bb[hh][1]);
+              mma_3xtf32_2x2(acc, 2 * jj, ab, as, braw);
             } else if constexpr (MODE == kHalfP) {
 #pragma unroll
               for (int hh = 0; hh < 2; ++hh)
@@ -500,22 +481,16 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
         uint32_t af[2][4];
 #pragma unroll
         for (int a = 0; a < 2; ++a) {
-          af[a][0] = (uint32_t)Ph[pm[a][0] + olo.x] | ((uint32_t)Ph[pm[a][0] + olo.y] << 16);
-          af[a][1] = (uint32_t)Ph[pm[a][1] + olo.x] | ((uint32_t)Ph[pm[a][1] + olo.y] << 16);
-          af[a][2] = (uint32_t)Ph[pm[a][0] + ohi.x] | ((uint32_t)Ph[pm[a][0] + ohi.y] << 16);
-          af[a][3] = (uint32_t)Ph[pm[a][1] + ohi.x] | ((uint32_t)Ph[pm[a][1] + ohi.y] << 16);
+          uint16_t r0[8];
+          gather8(Ph, pm[a], olo, ohi, r0);
+          pack_pairs(r0, af[a]);
         }
         olo = offk2[8 + t]; ohi = offk2[12 + t];
 #pragma unroll 2
         for (int ks = 0; ks < KS; ++ks) {
           uint16_t rn[2][8];
 #pragma unroll
-          for (int a = 0; a < 2; ++a) {
-            rn[a][0] = Ph[pm[a][0] + olo.x]; rn[a][1] = Ph[pm[a][0] + olo.y];
-            rn[a][2] = Ph[pm[a][1] + olo.x]; rn[a][3] = Ph[pm[a][1] + olo.y];
-            rn[a][4] = Ph[pm[a][0] + ohi.x]; rn[a][5] = Ph[pm[a][0] + ohi.y];
-            rn[a][6] = Ph[pm[a][1] + ohi.x]; rn[a][7] = Ph[pm[a][1] + ohi.y];
-          }
+          for (int a = 0; a < 2; ++a) gather8(Ph, pm[a], olo, ohi, rn[a]);
           olo = offk2[(ks + 2) * 8 + t]; ohi = offk2[(ks + 2) * 8 + t + 4];
 #pragma unroll
           for (int jj = 0; jj < NJW; ++jj) {
@@ -527,10 +502,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
             }
           }
 #pragma unroll
-          for (int a = 0; a < 2; ++a)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              af[a][e] = (uint32_t)rn[a][2 * e] | ((uint32_t)rn[a][2 * e + 1] << 16);
+          for (int a = 0; a < 2; ++a) pack_pairs(rn[a], af[a]);
         }
       }
     }

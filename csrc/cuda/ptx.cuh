@@ -31,6 +31,13 @@ __device__ __forceinline__ uint32_t to_tf32(float f) {
   return r;
 }
 
+// 3xTF32 operand split: big = f rounded to TF32, small = the remainder
+// rounded to TF32; big + small keeps about 21 bits of f.
+__device__ __forceinline__ void split_3xtf32(float f, uint32_t& big, uint32_t& small) {
+  big = to_tf32(f);
+  small = to_tf32(f - __uint_as_float(big));
+}
+
 // c += a * b, m16n8k8, TF32 operands in mma.sync fragment order.
 __device__ __forceinline__ void mma_tf32(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -54,6 +61,32 @@ __device__ __forceinline__ void mma_16(float* c, const uint32_t* a, uint32_t b0,
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+}
+
+// 3xTF32 on a 2 x 2 block of tiles: A of two m16 tiles already split into
+// ab (big) and as (small), B of n8 tiles j and j + 1 as raw fp32 fragment
+// pairs, split here. Pass-major (small*big, big*small, big*big), so the three
+// products into one accumulator are four independent MMAs apart.
+template <int NT>
+__device__ __forceinline__ void mma_3xtf32_2x2(float (&acc)[2][NT][4], int j, const uint32_t (&ab)[2][4],
+                                               const uint32_t (&as)[2][4], const uint32_t (&braw)[2][2]) {
+  uint32_t bb[2][2], bs[2][2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) split_3xtf32(__uint_as_float(braw[hh][e]), bb[hh][e], bs[hh][e]);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+    for (int a = 0; a < 2; ++a) mma_tf32(acc[a][j + hh], as[a], bb[hh][0], bb[hh][1]);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+    for (int a = 0; a < 2; ++a) mma_tf32(acc[a][j + hh], ab[a], bs[hh][0], bs[hh][1]);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+    for (int a = 0; a < 2; ++a) mma_tf32(acc[a][j + hh], ab[a], bb[hh][0], bb[hh][1]);
 }
 
 template <typename T> __device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
