@@ -11,13 +11,15 @@ from conftest import REL_L2, make_inputs, needs_cuda, reference, rel_l2
 pytestmark = needs_cuda
 
 # AlexNet's conv1 (96 filters) and torchvision's (64), on shapes that are and
-# are not multiples of the kernels' tiles.
+# are not multiples of the kernels' tiles; batches of 1-3 images take the
+# fp32 forward's channel-split path, 128 filters its split for large K.
 SHAPES = [
     (16, 96, 224, 224, 2),
     (16, 64, 224, 224, 2),
     (1, 96, 227, 227, 0),
     (3, 96, 97, 131, 1),
     (2, 64, 15, 11, 3),
+    (2, 128, 64, 64, 2),
 ]
 
 

@@ -56,6 +56,7 @@
 // (same caveat as the forward).
 
 #include "fast_kernels.h"
+#include "launch_utils.h"
 #include "ptx.cuh"
 
 // Light headers only (no ATen/ATen.h, no CUDAContext.h): most of this file's
@@ -483,10 +484,8 @@ bool launch(const at::Tensor& grad_output, const at::Tensor& weight, int pad, co
   const size_t wbytes = (size_t)KS * kNJ * 32 * 16;
   const size_t smem = wbytes + 2 * (size_t)kBufWords * 4;
 
-  const int dev = grad_output.get_device();
-  int max_smem = 0, num_sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
+  const auto* prop = at::cuda::getCurrentDeviceProperties();
+  const int max_smem = (int)prop->sharedMemPerBlockOptin, num_sms = prop->multiProcessorCount;
   if (smem > (size_t)max_smem) return false;
   // A small batch leaves most SMs idle while each CTA runs a whole tile (the
   // forward's single-tile latency is ~60 us on an H200); the cuBLAS + fold
@@ -510,7 +509,7 @@ bool launch(const at::Tensor& grad_output, const at::Tensor& weight, int pad, co
   p.dx = grad_input.data_ptr();
 
   auto kern = conv11s4_dgrad_tc_kernel<T, MODE>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  allow_max_dynamic_smem(kern);
   const int grid = (int)std::min<int64_t>(total, num_sms);
   kern<<<grid, kThreads, smem, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -540,10 +539,7 @@ bool conv11s4_backward_input_fast(const at::Tensor& grad_output, const at::Tenso
       grad_input.device() != grad_output.device())
     return false;
   c10::cuda::CUDAGuard guard(grad_output.device());
-  int cc_major = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor,
-                                        grad_output.get_device()));
-  if (cc_major < 8) return false;
+  if (at::cuda::getCurrentDeviceProperties()->major < 8) return false;
   const int pad = (int)padding;
   switch (dt) {
     case at::kFloat:

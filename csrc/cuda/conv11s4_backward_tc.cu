@@ -21,6 +21,7 @@
 // The input gradient is conv11s4_backward_input_tc.cu.
 
 #include "fast_kernels.h"
+#include "launch_utils.h"
 #include "ptx.cuh"
 
 #include <ATen/ATen.h>
@@ -704,8 +705,7 @@ void launch_wgrad(const at::Tensor& go, const at::Tensor& in, int64_t padding,
     const int flush = MODE == 0 ? 8 : 0;
     const int smem = wgrad2_smem_floats<MT>() * (int)sizeof(float);
     auto kern = wgrad_f32_kernel<MODE, MT>;
-    C10_CUDA_CHECK(cudaFuncSetAttribute(
-        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    allow_max_dynamic_smem(kern);
     kern<<<2 * S, kThreads, smem, stream>>>(
         go.data_ptr<float>(), in.data_ptr<float>(), in.stride(0),
         in.stride(1), in.stride(2), in.stride(3), K, H, W, P, Q,
@@ -716,8 +716,7 @@ void launch_wgrad(const at::Tensor& go, const at::Tensor& in, int64_t padding,
              reinterpret_cast<uintptr_t>(go.data_ptr()) % 4 == 0) {
     const int smem = wgrad3_smem_halves<MT>() * 2;
     auto kern = wgrad_h16_kernel<T, MT>;
-    C10_CUDA_CHECK(cudaFuncSetAttribute(
-        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    allow_max_dynamic_smem(kern);
     kern<<<2 * S, kThreads, smem, stream>>>(
         go.data_ptr<T>(), in.data_ptr<T>(), K, H, W, P, Q, (int)padding, nQc,
         U, S, ws.data_ptr<float>());
@@ -726,8 +725,7 @@ void launch_wgrad(const at::Tensor& go, const at::Tensor& in, int64_t padding,
     // channels_last or odd W: the v1 kernel (register-staged, any strides)
     const int smem = (Geo1::ONES + QC + MT * 16 * Geo1::LDA) * 2;
     auto kern = wgrad_partial_kernel<T, MT>;
-    C10_CUDA_CHECK(cudaFuncSetAttribute(
-        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    allow_max_dynamic_smem(kern);
     kern<<<2 * S, kThreads, smem, stream>>>(
         go.data_ptr<T>(), in.data_ptr<T>(), in.stride(0), in.stride(1),
         in.stride(2), in.stride(3), K, H, W, P, Q, (int)padding, nQc, U, S,

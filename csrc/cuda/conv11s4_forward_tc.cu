@@ -18,11 +18,16 @@
 // overlaps this tile's MMAs); fp32 has room for one buffer only (141 KB of
 // resident weights), so its next copy overlaps just the epilogue stores.
 //
-// Limits (returns false): C != 3, K > 96 (fp32) / K > 128 (16-bit), or a
+// The fp32-accurate modes split the channels into groups of CTAs where a
+// batch has too few tiles to fill the GPU, and where the weights of all
+// channels do not fit beside a patch (fp32 K > 96, or K = 96 on parts with
+// < 227 KB of smem, e.g. A100); see dispatch_fp32_split.
+//
+// Limits (returns false): C != 3, K > 128, K > 96 in fp32 TF32 mode, or a
 // patch that does not fit shared memory (fp32 W beyond ~480, 16-bit beyond
-// ~830 at the headline K; also fp32 K = 96 on parts with < 227 KB of smem,
-// e.g. A100). Padded reduction slots read finite patch words against zero
-// weights, so an Inf/NaN input can reach outputs whose window excludes it.
+// ~830 at the headline K). Padded reduction slots read finite patch words
+// against zero weights, so an Inf/NaN input can reach outputs whose window
+// excludes it.
 //
 // fp32 has three modes (Fp32Math):
 //  - kAccurate, 3xTF32: mma.sync m16n8k8 TF32; both operands are split into
@@ -42,10 +47,14 @@
 // run a wgmma version of the same kernel instead (see "Hopper path" below):
 // the same patch and gather, B read by the tensor cores from the resident
 // weights (stored in wgmma's canonical layout), four warpgroups of 64 pixels.
-// kAccurate and kBf16x3 keep the mma.sync kernel everywhere. That kernel is
-// compiled for every target; the wgmma code exists only in the sm_90a pass.
+// So does kAccurate with 65-96 channels and enough tiles to fill the GPU, as
+// two groups of 48 channels (big and small parts of B take twice the bytes;
+// see dispatch_fp32). kBf16x3 keeps the mma.sync kernel everywhere. That
+// kernel is compiled for every target; the wgmma code exists only in the
+// sm_90a pass.
 
 #include "fast_kernels.h"
+#include "launch_utils.h"
 #include "ptx.cuh"
 
 #include <ATen/ATen.h>
@@ -105,9 +114,10 @@ struct Params {
 template <int MODE> __host__ __device__ constexpr int ksteps() {
   return MODE == kHalfP ? kKpadP / 16 : (MODE == kHalf || MODE == kB3) ? kKpad / 16 : kKpad / 8;
 }
-// kB3 holds hi and lo fragments: one uint4 per (k16 step, n8 tile, lane)
-template <int MODE, int NT8> __host__ __device__ constexpr int wfrag_bytes() {
-  return ksteps<MODE>() * (MODE == kB3 ? NT8 : NT8 / 2) * 32 * 16;
+// kB3 holds hi and lo fragments: one uint4 per (k16 step, n8 tile, lane);
+// so does 3xTF32 on wgmma (GMMA), as a block of big parts then one of small.
+template <int MODE, int NT8, bool GMMA = false> __host__ __device__ constexpr int wfrag_bytes() {
+  return ksteps<MODE>() * (MODE == kB3 ? NT8 : NT8 / 2) * 32 * 16 * (GMMA && MODE == kX3 ? 2 : 1);
 }
 
 // bf16x2 of (lo16 = f0, hi16 = f1), round to nearest even
@@ -155,12 +165,18 @@ __device__ __forceinline__ float weight_at(const T* __restrict__ w, int K, int k
 // Weights in fragment order: entry (ks, jj, lane) is a uint4 holding the B
 // fragments of n8 tiles 2jj and 2jj+1 for that lane, so the hot loop reads B
 // with conflict-free 16-byte loads and no index math.
+// blockIdx.y is the channel group (see launch): its NT8 * 8 channels get their
+// own fragment block.
 template <typename T, int MODE, int NT8>
 __global__ void prep_weights_kernel(const T* __restrict__ w, int K, uint32_t* __restrict__ out) {
   constexpr int KS = ksteps<MODE>();
   const int total = KS * (MODE == kB3 ? NT8 : NT8 / 2) * 32;
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= total) return;
+  const int kg0 = blockIdx.y * NT8 * 8;
+  w += (size_t)kg0 * kKred;
+  K -= kg0;
+  out += (size_t)blockIdx.y * total * 4;
   const int lane = idx & 31, rest = idx >> 5;
   if constexpr (MODE == kB3) {
     // entry (ks, j, lane) = {hi b0, hi b1, lo b0, lo b1} of n8 tile j
@@ -272,17 +288,20 @@ __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, 
   }
 }
 
-// Resident weights (copy in flight on return), gather table, bias, zeroed patch buffers.
-template <typename T, int MODE, int NT8, int NBUF, int NTHREADS = kThreads, int UNIT = 1>
+// Resident weights of this CTA's channel group (copy in flight on return),
+// gather table, bias, zeroed patch buffers.
+template <typename T, int MODE, int NT8, int NBUF, int NTHREADS = kThreads, int UNIT = 1, bool GMMA = false>
 __device__ __forceinline__ void init_smem(const Params& p, unsigned char* smem) {
-  constexpr int WB = wfrag_bytes<MODE, NT8>();
+  constexpr int WB = wfrag_bytes<MODE, NT8, GMMA>();
+  const int kg0 = blockIdx.y * NT8 * 8;
+  const uint4* wsrc = p.wfrag + (size_t)blockIdx.y * (WB / 16);
   int* offk = reinterpret_cast<int*>(smem + WB);
   float* sbias = reinterpret_cast<float*>(smem + WB + kKtab * 4);
   T* patch0 = reinterpret_cast<T*>(smem + WB + kKtab * 4 + kMaxK * 4);
   const int buf_elems = kC * p.CS;
   const int tid = threadIdx.x;
   for (int i = tid; i < WB / 16; i += NTHREADS)
-    cp_async16(reinterpret_cast<uint4*>(smem) + i, p.wfrag + i);
+    cp_async16(reinterpret_cast<uint4*>(smem) + i, wsrc + i);
   for (int k = tid; k < kKtab; k += NTHREADS) {
     int v = 0;  // padded k: weight is zero, any finite patch word will do
     if constexpr (MODE == kHalfP) {
@@ -297,7 +316,7 @@ __device__ __forceinline__ void init_smem(const Params& p, unsigned char* smem) 
     offk[k] = v * UNIT;
   }
   for (int k = tid; k < kMaxK; k += NTHREADS)
-    sbias[k] = (p.bias != nullptr && k < p.K) ? to_f(static_cast<const T*>(p.bias)[k]) : 0.f;
+    sbias[k] = (p.bias != nullptr && kg0 + k < p.K) ? to_f(static_cast<const T*>(p.bias)[kg0 + k]) : 0.f;
   {
     uint32_t* pz = reinterpret_cast<uint32_t*>(patch0);
     const int words = NBUF * buf_elems * (int)sizeof(T) / 4;
@@ -518,13 +537,15 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
     // Epilogue straight from the accumulators: for one register, lanes with
     // the same t write 8 consecutive pixels of one channel plane.
     if (active) {
-      T* y = static_cast<T*>(p.y);
+      // this CTA's channel group: channels kg0 + [0, NT8 * 8), kg0 + kend at most
+      const int kg0 = blockIdx.y * NT8 * 8, kend = p.K - kg0;
+      T* y = static_cast<T*>(p.y) + (size_t)kg0 * p.PQ;
 #pragma unroll
       for (int j = 0; j < NTW; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int ch = (nh * NTW + j) * 8 + 2 * t + e;
-          if (ch >= p.K) continue;
+          if (ch >= kend) continue;
           const float bv = sbias[ch];
           T* yc = y + ((size_t)tg.n * p.K + ch) * p.PQ;
 #pragma unroll
@@ -558,18 +579,27 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
 // tf32 = 32 bytes of k) NT8 blocks of 8 channels, each two 8 x 16-byte core
 // matrices (k halves kc = 0, 1) of 128 contiguous bytes. Descriptor: leading
 // (k) byte offset 128, stride (n) byte offset 256; same bytes as wfrag_bytes.
+// 3xTF32 (kX3) writes the big parts, then the small parts in a second block
+// of the same layout. blockIdx.y is the channel group, as in prep_weights_kernel.
 template <typename T, int MODE, int NT8>
 __global__ void prep_weights_gmma_kernel(const T* __restrict__ w, int K, uint4* __restrict__ out) {
   constexpr int KS = ksteps<MODE>();
-  constexpr int EPR = MODE == kTF ? 4 : 8;  // elements per 16-byte core-matrix row
+  constexpr int EPR = (MODE == kTF || MODE == kX3) ? 4 : 8;  // elements per 16-byte core-matrix row
+  constexpr int BLOCK = KS * NT8 * 16;
+  const int kg0 = blockIdx.y * NT8 * 8;
+  w += (size_t)kg0 * kKred;
+  K -= kg0;
+  out += (size_t)blockIdx.y * BLOCK * (MODE == kX3 ? 2 : 1);
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= KS * NT8 * 16) return;
+  if (idx >= BLOCK) return;
   const int nr = idx & 7, kc = (idx >> 3) & 1, nb = (idx >> 4) % NT8, ks = (idx >> 4) / NT8;
   const int n = nb * 8 + nr, k0 = ks * 2 * EPR + kc * EPR;
-  uint32_t v[4];
+  uint32_t v[4], small[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    if constexpr (MODE == kTF) {
+    if constexpr (MODE == kX3) {
+      split_3xtf32(weight_at<T, MODE>(w, K, k0 + i, n), v[i], small[i]);
+    } else if constexpr (MODE == kTF) {
       v[i] = to_tf32(weight_at<T, MODE>(w, K, k0 + i, n));
     } else {
       const T lo = from_f<T>(weight_at<T, MODE>(w, K, k0 + 2 * i, n));
@@ -579,6 +609,7 @@ __global__ void prep_weights_gmma_kernel(const T* __restrict__ w, int K, uint4* 
     }
   }
   out[idx] = make_uint4(v[0], v[1], v[2], v[3]);
+  if constexpr (MODE == kX3) out[BLOCK + idx] = make_uint4(small[0], small[1], small[2], small[3]);
 }
 
 // A plain sm_90 (or sm_80-only) build compiles the wgmma kernel empty; the
@@ -603,20 +634,25 @@ bool gmma_built() {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // wgmma with A from registers, B by descriptor, D += A * B (scale-d = 1).
-// The nine (width, type) forms differ only in the instruction name and the
+// The (width, type) forms differ only in the instruction name and the
 // operand lists, spelled out once per width below: the output registers,
 // A's four registers, the descriptor and the scale-d predicate operand.
-#define ALEXOP_ACC32 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+#define ALEXOP_ACC24 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
-  "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), \
-  "+f"(d[31])
+  "+f"(d[23])
+#define ALEXOP_ACC32 ALEXOP_ACC24, "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), \
+  "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 #define ALEXOP_ACC48 ALEXOP_ACC32, "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), \
   "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), \
   "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
 #define ALEXOP_ACC64 ALEXOP_ACC48, "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), \
   "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), \
   "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define ALEXOP_N48                                                                        \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23", \
+  "%24, %25, %26, %27", "%28", "%29", ALEXOP_ACC24
 #define ALEXOP_N64                                                                        \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31", \
@@ -650,7 +686,9 @@ bool gmma_built() {
 
 template <typename TA, int NT8>
 __device__ __forceinline__ void gmma_rs(float* d, const uint32_t* a, uint64_t desc) {
-  if constexpr (NT8 == 8) {
+  if constexpr (NT8 == 6) {
+    ALEXOP_WGMMA_TYPES("m64n48", ALEXOP_N48)
+  } else if constexpr (NT8 == 8) {
     ALEXOP_WGMMA_TYPES("m64n64", ALEXOP_N64)
   } else if constexpr (NT8 == 12) {
     ALEXOP_WGMMA_TYPES("m64n96", ALEXOP_N96)
@@ -664,9 +702,11 @@ __device__ __forceinline__ void gmma_rs(float* d, const uint32_t* a, uint64_t de
 #undef ALEXOP_N128
 #undef ALEXOP_N96
 #undef ALEXOP_N64
+#undef ALEXOP_N48
 #undef ALEXOP_ACC64
 #undef ALEXOP_ACC48
 #undef ALEXOP_ACC32
+#undef ALEXOP_ACC24
 
 __device__ __forceinline__ void gmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void gmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -683,12 +723,12 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 template <typename T, int MODE, int NT8, int NBUF>
 __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_kernel(const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(MODE != kB3 && MODE != kX3, "one product per k step");
-  using TA = std::conditional_t<MODE == kTF, float, T>;
+  static_assert(MODE != kB3, "bf16x3 has no wgmma form");
+  using TA = std::conditional_t<MODE == kTF || MODE == kX3, float, T>;
   constexpr int NWARPS = kGThreads / 32;
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int KS = ksteps<MODE>();
-  constexpr int WB = wfrag_bytes<MODE, NT8>();
+  constexpr int WB = wfrag_bytes<MODE, NT8, true>();
   constexpr int NACC = NT8 * 4;
   // A buffers and how many k steps ahead of the MMAs they are filled
   constexpr int NB = 4, AHEAD = 2;
@@ -703,9 +743,11 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_kernel(const P
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int wg = warp >> 2, wq = warp & 3;
-  init_smem<T, MODE, NT8, NBUF, kGThreads, UB>(p, smem);
+  init_smem<T, MODE, NT8, NBUF, kGThreads, UB, true>(p, smem);
   const uint64_t desc0 = (uint64_t)((smem_u32(smem) >> 4) & 0x3FFF) | ((uint64_t)(128 >> 4) << 16) |
                          ((uint64_t)(256 >> 4) << 32);
+  // 3xTF32: the small parts of B, one block of KS * NT8 * 256 bytes on
+  constexpr uint64_t kSmallB = (uint64_t)(KS * NT8 * 256) >> 4;
 
   int tile = blockIdx.x;
   int buf = 0;
@@ -764,19 +806,33 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_kernel(const P
       // Each A buffer is refilled only after the wait that retires the wgmma
       // reading it (ptxas serializes the wgmmas otherwise), AHEAD steps
       // before its own wgmma, so the gather latency hides behind the queue.
-      uint32_t A[NB][4];
+      // 3xTF32 splits A into big (A) and small (As) parts as it is gathered.
+      uint32_t A[NB][4], As[MODE == kX3 ? NB : 1][4];
+      auto fill = [&](int s, int u) {
+        gather(s, A[u]);
+        if constexpr (MODE == kX3) {
 #pragma unroll
-      for (int u = 0; u < AHEAD; ++u) gather(u, A[u]);
+          for (int e = 0; e < 4; ++e) split_3xtf32(__uint_as_float(A[u][e]), A[u][e], As[u][e]);
+        }
+      };
+#pragma unroll
+      for (int u = 0; u < AHEAD; ++u) fill(u, u);
 #pragma unroll 1
       for (int s = 0; s < KS; s += NB) {
 #pragma unroll
         for (int u = 0; u < NB; ++u) {
           if (s + u < KS) {
+            const uint64_t desc = desc0 + (uint64_t)(((s + u) * NT8 * 256) >> 4);
             gmma_fence();
-            gmma_rs<TA, NT8>(acc, A[u], desc0 + (uint64_t)(((s + u) * NT8 * 256) >> 4));
+            if constexpr (MODE == kX3) {
+              // small products first, into the same fp32 accumulators
+              gmma_rs<TA, NT8>(acc, As[u], desc);
+              gmma_rs<TA, NT8>(acc, A[u], desc + kSmallB);
+            }
+            gmma_rs<TA, NT8>(acc, A[u], desc);
             gmma_commit();
             gmma_wait<NB - AHEAD>();
-            gather(s + u + AHEAD, A[(u + AHEAD) % NB]);
+            fill(s + u + AHEAD, (u + AHEAD) % NB);
           }
         }
       }
@@ -796,7 +852,9 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_kernel(const P
     if (active) {
       const bool ok0 = mrow < tg.mend, ok1 = mrow + 8 < tg.mend;
       const size_t jstep = (size_t)8 * p.PQ;  // n8 block -> next one
-      T* y0 = static_cast<T*>(p.y) + ((size_t)tg.n * p.K + 2 * t) * p.PQ + mrow;
+      // this CTA's channel group: channels kg0 + [0, NT8 * 8), kg0 + kend at most
+      const int kg0 = blockIdx.y * NT8 * 8, kend = p.K - kg0;
+      T* y0 = static_cast<T*>(p.y) + ((size_t)tg.n * p.K + kg0 + 2 * t) * p.PQ + mrow;
       T* y1 = y0 + p.PQ;
       // predicate-free stores unless the tile or the channel count is ragged
       auto store = [&](auto full) {
@@ -804,11 +862,11 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_kernel(const P
         for (int j = 0; j < NT8; ++j) {
           const int ch = j * 8 + 2 * t;
           const float2 bv = *reinterpret_cast<const float2*>(sbias + ch);
-          if (full || ch < p.K) {
+          if (full || ch < kend) {
             if (full || ok0) y0[0] = from_f<T>(acc[j * 4] + bv.x);
             if (full || ok1) y0[8] = from_f<T>(acc[j * 4 + 2] + bv.x);
           }
-          if (full || ch + 1 < p.K) {
+          if (full || ch + 1 < kend) {
             if (full || ok0) y1[0] = from_f<T>(acc[j * 4 + 1] + bv.y);
             if (full || ok1) y1[8] = from_f<T>(acc[j * 4 + 3] + bv.y);
           }
@@ -816,17 +874,20 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_kernel(const P
           y1 += jstep;
         }
       };
-      if (ok1 && p.K == NT8 * 8) store(std::true_type{});
+      if (ok1 && kend >= NT8 * 8) store(std::true_type{});
       else store(std::false_type{});
     }
   }
 #endif
 }
 
+// NT8 * 8 channels per CTA; more channels than that are split into groups,
+// each with its own CTAs (grid y) and resident weights.
 template <typename T, int MODE, int NT8, int NBUF, bool GMMA>
 bool launch(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
             int pad, bool nhwc, const at::Tensor& output) {
   const int N = input.size(0), H = input.size(2), W = input.size(3), K = weight.size(0);
+  const int groups = (K + NT8 * 8 - 1) / (NT8 * 8);
   const int P = (H + 2 * pad - kR) / 4 + 1, Q = (W + 2 * pad - kR) / 4 + 1;
   const int align = 16 / (int)sizeof(T);
   Params p{};
@@ -842,11 +903,9 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
   p.vec = (((W * el) % align) == 0 && ((p.wcopy * el) % align) == 0 &&
            (reinterpret_cast<uintptr_t>(input.data_ptr()) % 16) == 0) ? 1 : 0;
 
-  int dev = input.get_device();
-  int max_smem = 0, num_sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
-  constexpr int WB = wfrag_bytes<MODE, NT8>();
+  const auto* prop = at::cuda::getCurrentDeviceProperties();
+  const int max_smem = (int)prop->sharedMemPerBlockOptin, num_sms = prop->multiProcessorCount;
+  constexpr int WB = wfrag_bytes<MODE, NT8, GMMA>();
   const size_t fixed = WB + kKtab * 4 + kMaxK * 4;
   size_t smem = 0;
   int MT = 0;
@@ -871,14 +930,14 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
   p.total_tiles = (int)total;
 
   auto stream = at::cuda::getCurrentCUDAStream();
-  auto wbuf = at::empty({WB}, input.options().dtype(at::kByte));
+  auto wbuf = at::empty({(int64_t)WB * groups}, input.options().dtype(at::kByte));
   {
-    const int nthreads = WB / 16;
+    const int nthreads = WB / 16 / (GMMA && MODE == kX3 ? 2 : 1);  // kX3: a thread writes big and small
     if constexpr (GMMA) {
-      prep_weights_gmma_kernel<T, MODE, NT8><<<(nthreads + 255) / 256, 256, 0, stream>>>(
+      prep_weights_gmma_kernel<T, MODE, NT8><<<dim3((nthreads + 255) / 256, groups), 256, 0, stream>>>(
           static_cast<const T*>(weight.data_ptr()), K, static_cast<uint4*>(wbuf.data_ptr()));
     } else {
-      prep_weights_kernel<T, MODE, NT8><<<(nthreads + 255) / 256, 256, 0, stream>>>(
+      prep_weights_kernel<T, MODE, NT8><<<dim3((nthreads + 255) / 256, groups), 256, 0, stream>>>(
           static_cast<const T*>(weight.data_ptr()), K, static_cast<uint32_t*>(wbuf.data_ptr()));
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -890,8 +949,8 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
 
   auto kern = conv11s4_fwd_tc_kernel<T, MODE, NT8, NBUF>;
   if constexpr (GMMA) kern = conv11s4_fwd_gmma_kernel<T, MODE, NT8, NBUF>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  const int grid = (int)std::min<int64_t>(total, num_sms);
+  allow_max_dynamic_smem(kern);
+  const dim3 grid((unsigned)std::min<int64_t>(total, std::max(1, num_sms / groups)), groups);
   kern<<<grid, GMMA ? kGThreads : kThreads, smem, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
@@ -906,6 +965,50 @@ bool dispatch_k(const at::Tensor& input, const at::Tensor& weight, const std::op
   if constexpr (MODE == kHalf || MODE == kHalfP)
     return launch<T, MODE, 16, NBUF, GMMA>(input, weight, bias, pad, nhwc, output);
   return false;  // fp32 weights for K > 96 leave too little shared memory for a patch
+}
+
+// The fp32-accurate modes (3xTF32, bf16x3).
+//
+// 3xTF32 on wgmma (sm_90a): the big and small parts of B, both resident,
+// take twice the fp32 bytes, so 48 channels fit beside a patch and K = 96
+// runs as two groups of CTAs, each repeating the patch copy and gather.
+// Measured on an H200 against the mma.sync kernel: 0.862 vs 0.993 ms at
+// batch 256, 0.038 vs 0.042 at batch 4, even at batch 2; for K = 64 (two
+// groups of 32 against one CTA of 64) slower, 0.778 vs 0.736 ms.
+//
+// Small batches: one 256-pixel tile of all channels costs ~40 us of 3xTF32
+// on one SM, and batch 1 at 224x224 has only 12 tiles for 100+ SMs.
+// Splitting the channels into groups of 16, 32 or 48, each its own CTA,
+// spreads a tile over more SMs; every group repeats the patch copy and A
+// gather, so the split is taken only where it shortens the busiest SM's
+// queue. Also the route for fp32 K > 96, whose weights do not fit beside a
+// patch in one CTA.
+template <int MODE>
+bool dispatch_fp32(bool gmma, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                   int pad, bool nhwc, const at::Tensor& output, int64_t PQ, int num_sms) {
+  const int64_t K = weight.size(0);
+  const int64_t tiles = input.size(0) * ((PQ + 255) / 256);
+  if constexpr (MODE == kX3) {
+    if (gmma && K > 64 && K <= 96 && tiles * 4 >= num_sms)
+      return launch<float, kX3, 6, 1, true>(input, weight, bias, pad, nhwc, output);
+  }
+  // cost of one group's tile relative to a whole tile: its share of the
+  // channels plus the repeated patch copy and gather, estimated at 0.15 of a tile
+  auto cost = [&](int c) {
+    const int64_t groups = (K + 8 * c - 1) / (8 * c);
+    const int64_t rounds = (tiles * groups + num_sms - 1) / num_sms;
+    return (double)rounds * ((double)std::min<int64_t>(8 * c, K) / (double)K + (groups > 1 ? 0.15 : 0.0));
+  };
+  int best = 0;  // 0: no split; a split must win by 10%, the estimate is rough
+  double best_cost = K <= 96 ? 0.9 * cost(K <= 64 ? 8 : 12) : 1e30;
+  for (int c : {6, 4, 2}) {
+    if (8 * c < K && cost(c) < best_cost) { best = c; best_cost = cost(c); }
+  }
+  if (best == 0 && dispatch_k<float, MODE, 1, false>(input, weight, bias, pad, nhwc, output)) return true;
+  if (best == 0) best = 6;  // the whole weight operand did not fit
+  if (best == 2) return launch<float, MODE, 2, 1, false>(input, weight, bias, pad, nhwc, output);
+  if (best == 4) return launch<float, MODE, 4, 1, false>(input, weight, bias, pad, nhwc, output);
+  return launch<float, MODE, 6, 1, false>(input, weight, bias, pad, nhwc, output);
 }
 
 template <typename T, int MODE, int NBUF>
@@ -952,8 +1055,10 @@ bool conv11s4_forward_fast(const at::Tensor& input, const at::Tensor& weight,
   const bool gmma = use_gmma(prop, input.get_device());
   switch (input.scalar_type()) {
     case at::kFloat:
-      if (math == Fp32Math::kAccurate) return dispatch_k<float, kX3, 1, false>(input, weight, bias, pad, nhwc, output);
-      if (math == Fp32Math::kBf16x3) return dispatch_k<float, kB3, 1, false>(input, weight, bias, pad, nhwc, output);
+      if (math == Fp32Math::kAccurate)
+        return dispatch_fp32<kX3>(gmma, input, weight, bias, pad, nhwc, output, P * Q, prop.multiProcessorCount);
+      if (math == Fp32Math::kBf16x3)
+        return dispatch_fp32<kB3>(gmma, input, weight, bias, pad, nhwc, output, P * Q, prop.multiProcessorCount);
       return dispatch<float, kTF, 1>(gmma, input, weight, bias, pad, nhwc, output);
     case at::kBFloat16:
       if (!nhwc && pad % 2 == 0)
