@@ -83,9 +83,12 @@ def test_forward_accuracy(shape, dtype, mode, bound, channels_last):
     ],
     ids=["fp32", "tf32", "bf16", "fp16"],
 )
-def test_weight_and_bias_grad_accuracy(shape, dtype, mode, bound):
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_weight_and_bias_grad_accuracy(shape, dtype, mode, bound, channels_last):
     n, k, h, w, p = shape
     x, wt, b = make_inputs(n, 3, k, h, w, dtype=dtype, device="cuda")
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
     grad = torch.randn(n, k, (h + 2 * p - 11) // 4 + 1, (w + 2 * p - 11) // 4 + 1, device="cuda").to(dtype)
     ref_w, ref_b = (t.double().cpu().requires_grad_() for t in (wt, b))
     out = torch.nn.functional.conv2d(x.double().cpu(), ref_w, ref_b, stride=4, padding=p)

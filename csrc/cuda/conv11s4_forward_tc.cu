@@ -56,6 +56,7 @@
 #include "fast_kernels.h"
 #include "launch_utils.h"
 #include "ptx.cuh"
+#include "wgmma.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -613,10 +614,9 @@ __global__ void prep_weights_gmma_kernel(const T* __restrict__ w, int K, uint4* 
   if constexpr (MODE == kX3) out[BLOCK + idx] = make_uint4(small[0], small[1], small[2], small[3]);
 }
 
-// A plain sm_90 (or sm_80-only) build compiles the wgmma kernel empty; the
+// A plain sm_90 (or sm_80-only) build compiles the wgmma kernels empty; the
 // host asks this marker, whose static shared memory exists only in an sm_90a
-// image, before choosing it (a function-attribute query: no launch, safe
-// under stream capture).
+// image, before choosing them (see gmma_available).
 __global__ void gmma_marker_kernel() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __shared__ volatile int present;
@@ -624,102 +624,6 @@ __global__ void gmma_marker_kernel() {
 #endif
 }
 
-bool gmma_built() {
-  cudaFuncAttributes a{};
-  if (cudaFuncGetAttributes(&a, gmma_marker_kernel) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return a.sharedSizeBytes > 0;
-}
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// wgmma with A from registers, B by descriptor, D += A * B (scale-d = 1).
-// The (width, type) forms differ only in the instruction name and the
-// operand lists, spelled out once per width below: the output registers,
-// A's four registers, the descriptor and the scale-d predicate operand.
-#define ALEXOP_ACC24 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
-  "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
-  "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
-  "+f"(d[23])
-#define ALEXOP_ACC32 ALEXOP_ACC24, "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), \
-  "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define ALEXOP_ACC48 ALEXOP_ACC32, "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), \
-  "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), \
-  "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
-#define ALEXOP_ACC64 ALEXOP_ACC48, "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), \
-  "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), \
-  "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-#define ALEXOP_N48                                                                        \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23", \
-  "%24, %25, %26, %27", "%28", "%29", ALEXOP_ACC24
-#define ALEXOP_N64                                                                        \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31", \
-  "%32, %33, %34, %35", "%36", "%37", ALEXOP_ACC32
-#define ALEXOP_N96                                                                        \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47", \
-  "%48, %49, %50, %51", "%52", "%53", ALEXOP_ACC48
-#define ALEXOP_N128                                                                        \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63", \
-  "%64, %65, %66, %67", "%68", "%69", ALEXOP_ACC64
-#define ALEXOP_WGMMA_RS(INSTR, TAIL, ...) ALEXOP_WGMMA_RS_I(INSTR, TAIL, __VA_ARGS__)
-#define ALEXOP_WGMMA_RS_I(INSTR, TAIL, REGS, AREGS, DESC, PRED, ...)                     \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " PRED ", 0;\n" INSTR " {" REGS "}, "    \
-               "{" AREGS "}, " DESC ", p, 1, 1" TAIL ";\n}\n"                            \
-               : __VA_ARGS__                                                            \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1))
-// tf32 has no transpose flag for B; bf16/fp16 pass 0 (K-major B).
-#define ALEXOP_WGMMA_TYPES(MN, ...)                                                          \
-  if constexpr (std::is_same_v<TA, float>) {                                                \
-    ALEXOP_WGMMA_RS("wgmma.mma_async.sync.aligned." MN "k8.f32.tf32.tf32", "", __VA_ARGS__); \
-  } else if constexpr (std::is_same_v<TA, __nv_bfloat16>) {                                 \
-    ALEXOP_WGMMA_RS("wgmma.mma_async.sync.aligned." MN "k16.f32.bf16.bf16", ", 0", __VA_ARGS__); \
-  } else {                                                                                  \
-    ALEXOP_WGMMA_RS("wgmma.mma_async.sync.aligned." MN "k16.f32.f16.f16", ", 0", __VA_ARGS__); \
-  }
-
-template <typename TA, int NT8>
-__device__ __forceinline__ void gmma_rs(float* d, const uint32_t* a, uint64_t desc) {
-  if constexpr (NT8 == 6) {
-    ALEXOP_WGMMA_TYPES("m64n48", ALEXOP_N48)
-  } else if constexpr (NT8 == 8) {
-    ALEXOP_WGMMA_TYPES("m64n64", ALEXOP_N64)
-  } else if constexpr (NT8 == 12) {
-    ALEXOP_WGMMA_TYPES("m64n96", ALEXOP_N96)
-  } else {
-    ALEXOP_WGMMA_TYPES("m64n128", ALEXOP_N128)
-  }
-}
-#undef ALEXOP_WGMMA_TYPES
-#undef ALEXOP_WGMMA_RS_I
-#undef ALEXOP_WGMMA_RS
-#undef ALEXOP_N128
-#undef ALEXOP_N96
-#undef ALEXOP_N64
-#undef ALEXOP_N48
-#undef ALEXOP_ACC64
-#undef ALEXOP_ACC48
-#undef ALEXOP_ACC32
-#undef ALEXOP_ACC24
-
-__device__ __forceinline__ void gmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void gmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void gmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Pins accumulator accesses on their side of a wgmma fence / wait.
-__device__ __forceinline__ void pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
-// Generic-proxy writes (cp.async, st.shared) made visible to the tensor cores' async proxy.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-#endif
 
 template <typename T, int MODE, int NT8, int NBUF, int CPS>
 __global__ void __launch_bounds__(kGThreads / CPS, CPS) conv11s4_fwd_gmma_kernel(const Params p) {
@@ -745,8 +649,7 @@ __global__ void __launch_bounds__(kGThreads / CPS, CPS) conv11s4_fwd_gmma_kernel
   const int g = lane >> 2, t = lane & 3;
   const int wg = warp >> 2, wq = warp & 3;
   init_smem<T, MODE, NT8, NBUF, NTHR, UB, true>(p, smem);
-  const uint64_t desc0 = (uint64_t)((smem_u32(smem) >> 4) & 0x3FFF) | ((uint64_t)(128 >> 4) << 16) |
-                         ((uint64_t)(256 >> 4) << 32);
+  const uint64_t desc0 = gmma_desc(smem_u32(smem));
   // 3xTF32: the small parts of B, one block of KS * NT8 * 256 bytes on
   constexpr uint64_t kSmallB = (uint64_t)(KS * NT8 * 256) >> 4;
 
@@ -1031,19 +934,24 @@ bool dispatch(bool gmma, const at::Tensor& input, const at::Tensor& weight, cons
   return dispatch_k<T, MODE, NBUF, false>(input, weight, bias, pad, nhwc, output);
 }
 
-// Per device: 0 unknown, 1 no wgmma kernel for it, 2 wgmma kernel present.
-bool use_gmma(const cudaDeviceProp& prop, int dev) {
+}  // namespace
+
+bool gmma_available(int device) {
+  // per device: 0 unknown, 1 no wgmma code for it, 2 wgmma code present
   static std::atomic<int> state[64];
-  if (prop.major != 9 || dev < 0 || dev >= 64) return false;
-  int s = state[dev].load(std::memory_order_relaxed);
+  if (device < 0 || device >= 64 || at::cuda::getDeviceProperties(device)->major != 9) return false;
+  int s = state[device].load(std::memory_order_relaxed);
   if (s == 0) {
-    s = gmma_built() ? 2 : 1;
-    state[dev].store(s, std::memory_order_relaxed);
+    cudaFuncAttributes a{};
+    if (cudaFuncGetAttributes(&a, gmma_marker_kernel) != cudaSuccess) {
+      (void)cudaGetLastError();
+      a.sharedSizeBytes = 0;
+    }
+    s = a.sharedSizeBytes > 0 ? 2 : 1;
+    state[device].store(s, std::memory_order_relaxed);
   }
   return s == 2;
 }
-
-}  // namespace
 
 bool conv11s4_forward_fast(const at::Tensor& input, const at::Tensor& weight,
                            const std::optional<at::Tensor>& bias, int64_t padding, Fp32Math math,
@@ -1065,7 +973,7 @@ bool conv11s4_forward_fast(const at::Tensor& input, const at::Tensor& weight,
   if (prop.major < 8) return false;
   c10::cuda::CUDAGuard guard(input.device());
   const int pad = (int)padding;
-  const bool gmma = use_gmma(prop, input.get_device());
+  const bool gmma = gmma_available(input.get_device());
   switch (input.scalar_type()) {
     case at::kFloat:
       if (math == Fp32Math::kAccurate)

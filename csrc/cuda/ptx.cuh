@@ -1,8 +1,8 @@
 #pragma once
 // Inline-PTX building blocks shared by the tensor-core kernels (sm_80+):
 // cp.async copies into shared memory, TF32 rounding, the mma.sync shapes
-// they use, and float <-> storage conversions. Kernel-specific variants
-// (predicated copies, wgmma) stay in their kernels' files.
+// they use, and float <-> storage conversions. wgmma lives in wgmma.cuh;
+// kernel-specific variants (predicated copies) stay in their kernels' files.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

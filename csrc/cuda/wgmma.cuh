@@ -1,0 +1,119 @@
+#pragma once
+// Hopper (sm_90a) wgmma building blocks shared by the forward and the weight
+// gradient: the register-A forms D += A * B (B in shared memory through a
+// descriptor) for the widths the kernels use, the fences around them, and
+// the host-side check that the build carries sm_90a code for a device.
+// The device code exists only in the sm_90a pass (__CUDA_ARCH_FEAT_SM90_ALL);
+// kernels that use it compile empty elsewhere and are never launched there.
+
+#include "ptx.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace alexop::cuda {
+
+// True when `device` is sm_90 and this build carries sm_90a code (cached per
+// device; a function-attribute query, so safe under stream capture).
+bool gmma_available(int device);
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// wgmma with A from registers, B by descriptor, D += A * B (scale-d = 1).
+// The (width, type) forms differ only in the instruction name and the
+// operand lists, spelled out once per width below: the output registers,
+// A's four registers, the descriptor and the scale-d predicate operand.
+#define ALEXOP_ACC24 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+  "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
+  "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
+  "+f"(d[23])
+#define ALEXOP_ACC32 ALEXOP_ACC24, "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), \
+  "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define ALEXOP_ACC48 ALEXOP_ACC32, "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), \
+  "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), \
+  "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+#define ALEXOP_ACC64 ALEXOP_ACC48, "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), \
+  "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), \
+  "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define ALEXOP_N48                                                                        \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23", \
+  "%24, %25, %26, %27", "%28", "%29", ALEXOP_ACC24
+#define ALEXOP_N64                                                                        \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31", \
+  "%32, %33, %34, %35", "%36", "%37", ALEXOP_ACC32
+#define ALEXOP_N96                                                                        \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47", \
+  "%48, %49, %50, %51", "%52", "%53", ALEXOP_ACC48
+#define ALEXOP_N128                                                                        \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63", \
+  "%64, %65, %66, %67", "%68", "%69", ALEXOP_ACC64
+#define ALEXOP_WGMMA_RS(INSTR, TAIL, ...) ALEXOP_WGMMA_RS_I(INSTR, TAIL, __VA_ARGS__)
+#define ALEXOP_WGMMA_RS_I(INSTR, TAIL, REGS, AREGS, DESC, PRED, ...)                     \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " PRED ", 0;\n" INSTR " {" REGS "}, "    \
+               "{" AREGS "}, " DESC ", p, 1, 1" TAIL ";\n}\n"                            \
+               : __VA_ARGS__                                                            \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1))
+// tf32 has no transpose flag for B; bf16/fp16 pass 0 (K-major B).
+#define ALEXOP_WGMMA_TYPES(MN, ...)                                                          \
+  if constexpr (std::is_same_v<TA, float>) {                                                \
+    ALEXOP_WGMMA_RS("wgmma.mma_async.sync.aligned." MN "k8.f32.tf32.tf32", "", __VA_ARGS__); \
+  } else if constexpr (std::is_same_v<TA, __nv_bfloat16>) {                                 \
+    ALEXOP_WGMMA_RS("wgmma.mma_async.sync.aligned." MN "k16.f32.bf16.bf16", ", 0", __VA_ARGS__); \
+  } else {                                                                                  \
+    ALEXOP_WGMMA_RS("wgmma.mma_async.sync.aligned." MN "k16.f32.f16.f16", ", 0", __VA_ARGS__); \
+  }
+
+// d (m64 x 8 NT8, fp32) += a (this warp's 16 rows, mma.sync A fragment
+// order) * B (descriptor); NT8 = 6, 8, 12 or 16.
+template <typename TA, int NT8>
+__device__ __forceinline__ void gmma_rs(float* d, const uint32_t* a, uint64_t desc) {
+  if constexpr (NT8 == 6) {
+    ALEXOP_WGMMA_TYPES("m64n48", ALEXOP_N48)
+  } else if constexpr (NT8 == 8) {
+    ALEXOP_WGMMA_TYPES("m64n64", ALEXOP_N64)
+  } else if constexpr (NT8 == 12) {
+    ALEXOP_WGMMA_TYPES("m64n96", ALEXOP_N96)
+  } else {
+    ALEXOP_WGMMA_TYPES("m64n128", ALEXOP_N128)
+  }
+}
+#undef ALEXOP_WGMMA_TYPES
+#undef ALEXOP_WGMMA_RS_I
+#undef ALEXOP_WGMMA_RS
+#undef ALEXOP_N128
+#undef ALEXOP_N96
+#undef ALEXOP_N64
+#undef ALEXOP_N48
+#undef ALEXOP_ACC64
+#undef ALEXOP_ACC48
+#undef ALEXOP_ACC32
+#undef ALEXOP_ACC24
+
+__device__ __forceinline__ void gmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void gmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void gmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins accumulator accesses on their side of a wgmma fence / wait.
+__device__ __forceinline__ void pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+// Generic-proxy writes (cp.async, st.shared) made visible to the tensor cores' async proxy.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Descriptor of a B operand at shared address saddr in the canonical K-major,
+// no-swizzle layout: 8 x 16-byte core matrices, leading (k) byte offset 128,
+// stride (n) byte offset 256.
+__device__ __forceinline__ uint64_t gmma_desc(uint32_t saddr) {
+  return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(256 >> 4) << 32);
+}
+
+#endif
+
+}  // namespace alexop::cuda
