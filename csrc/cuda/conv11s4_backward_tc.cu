@@ -827,6 +827,35 @@ __device__ __forceinline__ uint4 shift_words(const uint4& v0, const uint4& v1, i
   return make_uint4(a0, a1, a2, a3);
 }
 
+// One dy row (channel n of unit (img, q-chunk qc, output row p)) staged for
+// the wgmma weight gradient by 16-byte copies from the 16-byte boundary at or
+// before the row start (sh elements earlier): lane (r7, kq) of a staging warp
+// copies chunks kq + 4 i of its row; elements past qvalid are zero-filled.
+// E is the element type, QC the unit's pixels, LD the staging row stride in
+// elements, NCH the chunks per row.
+template <typename E, int QC, int LD, int NCH>
+struct DyRow {
+  static constexpr int kEPC = 16 / (int)sizeof(E);  // elements per chunk
+  const E* src;
+  uint32_t dst;
+  int sh;
+  __device__ __forceinline__ DyRow(const E* dy, uint32_t stage, int64_t img, int qc, int p, int buf, int n, int K,
+                                   int P, int Q) {
+    const int64_t start = ((img * K + n) * P + p) * Q + (int64_t)qc * QC;
+    sh = (int)(start & (kEPC - 1));
+    src = dy + (start - sh);
+    dst = stage + (uint32_t)sizeof(E) * ((buf * K + n) * LD);
+  }
+  __device__ __forceinline__ void copy(int kq, int qvalid, int i) const {
+    const int k = kq + 4 * i;
+    if (4 * i + 3 < NCH || k < NCH) {
+      const int nv = min(max(qvalid - (kEPC * k - sh), 0), kEPC);
+      // nothing read when nv == 0: point at the row's own (valid) start
+      cp_async16n(dst + 16u * k, src + (nv ? kEPC * k : 0), (int)sizeof(E) * nv);
+    }
+  }
+};
+
 #endif
 
 // Adds (add) or stores the accumulators into the CTA's partial [K][kNW], then
@@ -893,32 +922,12 @@ __global__ void __launch_bounds__(kGThreads, 1)
 
   for (int i = tid; i < 4 * kGQC; i += kGThreads) smg[kOnes2 + i] = 1.f;
 
-  // dy: warp w < NT8 stages rows n = 8w + r7 by 16-byte copies from the
-  // 16-byte boundary at or before the row start (position q + sh); lane
-  // (r7, kq) copies chunks kq + 4 i. Bytes past qvalid are zero-filled.
+  // dy: warp w < NT8 stages rows n = 8w + r7 (see DyRow)
   const bool dyw = warp < NT8;
   const int r7 = lane & 7, kq = lane >> 3;
-  struct DyRow {
-    const float* src;
-    uint32_t dst;
-    int sh;
-  };
-  auto dy_row = [&](int64_t img, int qc, int p, int buf) {
-    DyRow d;
-    const int64_t start = ((img * K + warp * 8 + r7) * P + p) * Q + qc * kGQC;
-    d.sh = (int)(start & 3);
-    d.src = dy + (start - d.sh);
-    d.dst = stg0 + 4u * ((buf * MH + warp * 8 + r7) * kSR);
-    return d;
-  };
-  auto copy_dy = [&](const DyRow& d, int qvalid, int i) {
-    const int k = kq + 4 * i;
-    if (4 * i + 3 < NCH || k < NCH) {
-      const int nv = min(max(qvalid - (4 * k - d.sh), 0), 4);
-      // nothing read when nv == 0: point at the row's own (valid) start
-      cp_async16n(d.dst + 16u * k, d.src + (nv ? 4 * k : 0), 4 * nv);
-    }
-  };
+  using Dy = DyRow<float, kGQC, kSR, NCH>;
+  auto dy_row = [&](int64_t img, int qc, int p, int buf) { return Dy(dy, stg0, img, qc, p, buf, warp * 8 + r7, K, P, Q); };
+  auto copy_dy = [&](const Dy& d, int qvalid, int i) { d.copy(kq, qvalid, i); };
   // Input rows: one warp per row.
   struct Row {
     const float* src;  // start of the (clamped, valid) image row
@@ -1021,7 +1030,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
       // not prefetched (first unit, or a new image / q-chunk): all 11 rows
       __syncthreads();  // every warpgroup is done with unit u-1's rows
       if (dyw) {
-        const DyRow d = dy_row(img, qc, p, buf);
+        const auto d = dy_row(img, qc, p, buf);
 #pragma unroll
         for (int i = 0; i < (NCH + 3) / 4; ++i) copy_dy(d, qvalid, i);
       }
@@ -1090,7 +1099,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
           // prefetch the steady successor (next row: its dy rows, 4 new input
           // rows) while the tensor cores work
           if (dyw) {
-            const DyRow d = dy_row(img, qc, p + 1, buf ^ 1);
+            const auto d = dy_row(img, qc, p + 1, buf ^ 1);
 #pragma unroll
             for (int i = 0; i < (NCH + 3) / 4; ++i) copy_dy(d, qvalid, i);
           }
@@ -1221,30 +1230,12 @@ __global__ void __launch_bounds__(kGThreads, 1)
 
   for (int i = tid; i < 4 * kHQC + 16; i += kGThreads) smh3[kOnes3 + i] = one;
 
-  // dy: warp w < NT8 stages rows n = 8w + r7 by 16-byte copies from the
-  // 16-byte boundary at or before the row start (position q + sh).
+  // dy: warp w < NT8 stages rows n = 8w + r7 (see DyRow)
   const bool dyw = warp < NT8;
   const int r7 = lane & 7, kq = lane >> 3;
-  struct DyRow {
-    const T* src;
-    uint32_t dst;
-    int sh;
-  };
-  auto dy_row = [&](int64_t img, int qc, int p, int buf) {
-    DyRow d;
-    const int64_t start = ((img * K + warp * 8 + r7) * P + p) * Q + qc * kHQC;
-    d.sh = (int)(start & 7);
-    d.src = dy + (start - d.sh);
-    d.dst = stg0 + 2u * ((buf * MH + warp * 8 + r7) * kLDA3);
-    return d;
-  };
-  auto copy_dy = [&](const DyRow& d, int qvalid, int i) {
-    const int k = kq + 4 * i;
-    if (4 * i + 3 < NCH || k < NCH) {
-      const int nv = min(max(qvalid - (8 * k - d.sh), 0), 8);
-      cp_async16n(d.dst + 16u * k, d.src + (nv ? 8 * k : 0), 2 * nv);
-    }
-  };
+  using Dy = DyRow<T, kHQC, kLDA3, NCH>;
+  auto dy_row = [&](int64_t img, int qc, int p, int buf) { return Dy(dy, stg0, img, qc, p, buf, warp * 8 + r7, K, P, Q); };
+  auto copy_dy = [&](const Dy& d, int qvalid, int i) { d.copy(kq, qvalid, i); };
   struct Row {
     const T* src;
     int iwl;
@@ -1319,7 +1310,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
     if (!loaded) {
       __syncthreads();  // every warpgroup is done with unit u-1's rows
       if (dyw) {
-        const DyRow d = dy_row(img, qc, p, buf);
+        const auto d = dy_row(img, qc, p, buf);
 #pragma unroll
         for (int i = 0; i < (NCH + 3) / 4; ++i) copy_dy(d, qvalid, i);
       }
@@ -1369,7 +1360,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
         gmma_commit();
         if (st == 0 && next) {
           if (dyw) {
-            const DyRow dd = dy_row(img, qc, p + 1, buf ^ 1);
+            const auto dd = dy_row(img, qc, p + 1, buf ^ 1);
 #pragma unroll
             for (int i = 0; i < (NCH + 3) / 4; ++i) copy_dy(dd, qvalid, i);
           }
