@@ -108,10 +108,6 @@ struct Params {
   int vec2;                  // pair stores in the epilogue
 };
 
-template <typename T> __device__ __forceinline__ uint32_t bits16(T v) {
-  return (uint32_t)(*reinterpret_cast<const uint16_t*>(&v));
-}
-
 // Channels per stage: 8 (fp32, one k8 step) or 16 (16-bit, one k16 step).
 template <int MODE> __host__ __device__ constexpr int stage_channels() { return MODE == kH16 ? 16 : 8; }
 
@@ -139,20 +135,12 @@ __global__ void dgrad_prep_weights_kernel(const T* __restrict__ w, int K, int ns
     const int n = (2 * jj + h) * 8 + g;
     if constexpr (MODE == kH16) {
       const int ch = st * 16 + 2 * t;  // b0: k = 2t, 2t+1; b1: k = 2t+8, 2t+9
-      const T l0 = from_f<T>(val(ch, n)), h0 = from_f<T>(val(ch + 1, n));
-      const T l1 = from_f<T>(val(ch + 8, n)), h1 = from_f<T>(val(ch + 9, n));
-      v[2 * h] = bits16(l0) | (bits16(h0) << 16);
-      v[2 * h + 1] = bits16(l1) | (bits16(h1) << 16);
+      v[2 * h] = pack2(from_f<T>(val(ch, n)), from_f<T>(val(ch + 1, n)));
+      v[2 * h + 1] = pack2(from_f<T>(val(ch + 8, n)), from_f<T>(val(ch + 9, n)));
     } else {
       const int ch = st * 8 + t;  // b0: k = t; b1: k = t + 4
-      const float f0 = val(ch, n), f1 = val(ch + 4, n);
-      if constexpr (MODE == kTF) {
-        v[2 * h] = to_tf32(f0);
-        v[2 * h + 1] = to_tf32(f1);
-      } else {
-        v[2 * h] = __float_as_uint(f0);  // 3xTF32 splits in the hot loop
-        v[2 * h + 1] = __float_as_uint(f1);
-      }
+      v[2 * h] = tf32_or_raw(val(ch, n), MODE == kTF);
+      v[2 * h + 1] = tf32_or_raw(val(ch + 4, n), MODE == kTF);
     }
   }
   out[idx] = make_uint4(v[0], v[1], v[2], v[3]);
@@ -422,7 +410,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_dgrad_tc_kernel(const Pa
               if constexpr (std::is_same_v<T, float>) {
                 *reinterpret_cast<float2*>(row + xx) = make_float2(v[2 * bp], v[2 * bp + 1]);
               } else {
-                const uint32_t w2 = bits16(from_f<T>(v[2 * bp])) | (bits16(from_f<T>(v[2 * bp + 1])) << 16);
+                const uint32_t w2 = pack2(from_f<T>(v[2 * bp]), from_f<T>(v[2 * bp + 1]));
                 *reinterpret_cast<uint32_t*>(row + xx) = w2;
               }
             }

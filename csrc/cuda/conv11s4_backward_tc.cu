@@ -67,18 +67,19 @@ struct Geo1 {
 template <typename T>
 using MmaType = std::conditional_t<std::is_same_v<T, at::BFloat16>, __nv_bfloat16, __half>;
 
-template <typename T>
-__device__ __forceinline__ uint16_t bits16(T v) {
-  return reinterpret_cast<const uint16_t&>(v);
-}
-
 // 3xTF32 split: big keeps the top 10 mantissa bits (exactly what the tensor
 // core reads), small = v - big is exact in fp32 and carries the next bits.
+__device__ __forceinline__ uint32_t tf32_small(uint32_t v) {
+  return __float_as_uint(__uint_as_float(v) - __uint_as_float(v & 0xffffe000u));
+}
 __device__ __forceinline__ void split_tf32(uint32_t v, uint32_t& big,
                                            uint32_t& small) {
   big = v & 0xffffe000u;
-  small = __float_as_uint(__uint_as_float(v) - __uint_as_float(big));
+  small = tf32_small(v);
 }
+// TF32 rounding of fp32 bits for the tensor core, which reads the top 19:
+// adding half a TF32 ulp rounds to nearest (ties away from zero).
+__device__ __forceinline__ uint32_t round_tf32(uint32_t v) { return v + 0x1000u; }
 
 // A warp's register tile: MT m16 tiles (output channels) x kNT n8 tiles
 // (columns), in the mma.sync accumulator layout.
@@ -492,11 +493,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) a[mt][e] += 0x1000u;
+          for (int e = 0; e < 4; ++e) a[mt][e] = round_tf32(a[mt][e]);
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
-          const uint32_t b0 = smw[boff[nt] + 4 * kb] + 0x1000u;
-          const uint32_t b1 = smw[boff[nt] + 4 * kb + 16] + 0x1000u;
+          const uint32_t b0 = round_tf32(smw[boff[nt] + 4 * kb]);
+          const uint32_t b1 = round_tf32(smw[boff[nt] + 4 * kb + 16]);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) mma_tf32(acc[mt][nt], a[mt], b0, b1);
         }
@@ -992,14 +993,10 @@ __global__ void __launch_bounds__(kGThreads, 1)
           const int o = kGPatchBytes + gstg_bytes<NT8>() + buf * DYB + (c4 >> 1) * STEPB + warp * 256 +
                         (c4 & 1) * 128 + r7 * 16;
           if constexpr (MODE == 0) {
-            uint4 sm;
-            sm.x = __float_as_uint(__uint_as_float(v.x) - __uint_as_float(v.x & 0xffffe000u));
-            sm.y = __float_as_uint(__uint_as_float(v.y) - __uint_as_float(v.y & 0xffffe000u));
-            sm.z = __float_as_uint(__uint_as_float(v.z) - __uint_as_float(v.z & 0xffffe000u));
-            sm.w = __float_as_uint(__uint_as_float(v.w) - __uint_as_float(v.w & 0xffffe000u));
-            *reinterpret_cast<uint4*>(smb + o + 2 * DYB) = sm;
+            *reinterpret_cast<uint4*>(smb + o + 2 * DYB) =
+                make_uint4(tf32_small(v.x), tf32_small(v.y), tf32_small(v.z), tf32_small(v.w));
           } else {
-            v.x += 0x1000u; v.y += 0x1000u; v.z += 0x1000u; v.w += 0x1000u;
+            v = make_uint4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
           }
           *reinterpret_cast<uint4*>(smb + o) = v;
         }
@@ -1070,9 +1067,9 @@ __global__ void __launch_bounds__(kGThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           if constexpr (MODE == 0) {
-            l[b][e] = __float_as_uint(__uint_as_float(a[b][e]) - __uint_as_float(a[b][e] & 0xffffe000u));
+            l[b][e] = tf32_small(a[b][e]);
           } else {
-            a[b][e] += 0x1000u;
+            a[b][e] = round_tf32(a[b][e]);
           }
         }
       }
@@ -1415,7 +1412,8 @@ void launch_wgrad_h16_gmma(const at::Tensor& go, const at::Tensor& in, int64_t p
 }
 
 // NCHW input only: a channels_last input copied to NCHW first ran no faster
-// (H200, batch 256, bf16: 0.359 ms with the copy vs 0.365 on the v1 kernel).
+// than the v1 kernel (H200, batch 256, bf16: ~0.36 ms either way, each the
+// difference of two benchmark steps, from two runs on different cards).
 template <typename T>
 bool try_h16_gmma(const at::Tensor& go, const at::Tensor& in, int64_t padding, const at::Tensor& gw,
                   const std::optional<at::Tensor>& gb) {

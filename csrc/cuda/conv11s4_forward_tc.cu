@@ -200,22 +200,12 @@ __global__ void prep_weights_kernel(const T* __restrict__ w, int K, uint32_t* __
     const int n = (2 * jj + h) * 8 + g;
     if constexpr (MODE == kHalf || MODE == kHalfP) {
       const int k = ks * 16 + 2 * t;
-      T lo0 = from_f<T>(val(k, n)), hi0 = from_f<T>(val(k + 1, n));
-      T lo1 = from_f<T>(val(k + 8, n)), hi1 = from_f<T>(val(k + 9, n));
-      v[2 * h] = (uint32_t)(*reinterpret_cast<uint16_t*>(&lo0)) |
-                 ((uint32_t)(*reinterpret_cast<uint16_t*>(&hi0)) << 16);
-      v[2 * h + 1] = (uint32_t)(*reinterpret_cast<uint16_t*>(&lo1)) |
-                     ((uint32_t)(*reinterpret_cast<uint16_t*>(&hi1)) << 16);
+      v[2 * h] = pack2(from_f<T>(val(k, n)), from_f<T>(val(k + 1, n)));
+      v[2 * h + 1] = pack2(from_f<T>(val(k + 8, n)), from_f<T>(val(k + 9, n)));
     } else {
       const int k = ks * 8 + t;
-      float f0 = val(k, n), f1 = val(k + 4, n);
-      if constexpr (MODE == kTF) {
-        v[2 * h] = to_tf32(f0);
-        v[2 * h + 1] = to_tf32(f1);
-      } else {
-        v[2 * h] = __float_as_uint(f0);  // 3xTF32 splits in the hot loop
-        v[2 * h + 1] = __float_as_uint(f1);
-      }
+      v[2 * h] = tf32_or_raw(val(k, n), MODE == kTF);
+      v[2 * h + 1] = tf32_or_raw(val(k + 4, n), MODE == kTF);
     }
   }
   reinterpret_cast<uint4*>(out)[idx] = make_uint4(v[0], v[1], v[2], v[3]);
@@ -604,10 +594,8 @@ __global__ void prep_weights_gmma_kernel(const T* __restrict__ w, int K, uint4* 
     } else if constexpr (MODE == kTF) {
       v[i] = to_tf32(weight_at<T, MODE>(w, K, k0 + i, n));
     } else {
-      const T lo = from_f<T>(weight_at<T, MODE>(w, K, k0 + 2 * i, n));
-      const T hi = from_f<T>(weight_at<T, MODE>(w, K, k0 + 2 * i + 1, n));
-      v[i] = (uint32_t)(*reinterpret_cast<const uint16_t*>(&lo)) |
-             ((uint32_t)(*reinterpret_cast<const uint16_t*>(&hi)) << 16);
+      v[i] = pack2(from_f<T>(weight_at<T, MODE>(w, K, k0 + 2 * i, n)),
+                   from_f<T>(weight_at<T, MODE>(w, K, k0 + 2 * i + 1, n)));
     }
   }
   out[idx] = make_uint4(v[0], v[1], v[2], v[3]);
@@ -911,7 +899,8 @@ bool dispatch_fp32(bool gmma, const at::Tensor& input, const at::Tensor& weight,
   int best = 0;  // 0: no split; a split must win by 10%, the estimate is rough
   double best_cost = K <= 96 ? 0.9 * cost(K <= 64 ? 8 : 12) : 1e30;
   for (int c : {6, 4, 2}) {
-    if (8 * c < K && cost(c) < best_cost) { best = c; best_cost = cost(c); }
+    const double cc = 8 * c < K ? cost(c) : 1e30;
+    if (cc < best_cost) { best = c; best_cost = cc; }
   }
   if (best == 0 && dispatch_k<float, MODE, 1, false>(input, weight, bias, pad, nhwc, output)) return true;
   if (best == 0) best = 6;  // the whole weight operand did not fit

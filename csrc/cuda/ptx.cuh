@@ -89,6 +89,21 @@ __device__ __forceinline__ void mma_3xtf32_2x2(float (&acc)[2][NT][4], int j, co
     for (int a = 0; a < 2; ++a) mma_tf32(acc[a][j + hh], ab[a], bb[hh][0], bb[hh][1]);
 }
 
+// The bits of a 16-bit value, and two of them as one operand register (lo in
+// bits 0-15: the element order of mma.sync / wgmma pairs).
+template <typename T> __device__ __forceinline__ uint16_t bits16(T v) {
+  static_assert(sizeof(T) == 2, "16-bit types only");
+  return reinterpret_cast<const uint16_t&>(v);
+}
+template <typename T> __device__ __forceinline__ uint32_t pack2(T lo, T hi) {
+  return (uint32_t)bits16(lo) | ((uint32_t)bits16(hi) << 16);
+}
+// An fp32 B operand word: TF32-rounded, or the raw fp32 bits that 3xTF32
+// splits in its hot loop.
+__device__ __forceinline__ uint32_t tf32_or_raw(float f, bool round) {
+  return round ? to_tf32(f) : __float_as_uint(f);
+}
+
 template <typename T> __device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
 template <> __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <> __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
