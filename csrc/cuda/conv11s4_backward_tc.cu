@@ -11,8 +11,8 @@
 // atomics). Two CTAs per SM.
 //
 // Kernels, newest first:
-//  - wgrad_f32_gmma_kernel, wgrad_h16_gmma_kernel (sm_90a builds on sm_90
-//    devices, K = 64 or 96): the same split-K units and reduce, the GEMM on
+//  - wgrad_gmma_kernel (sm_90a builds on sm_90 devices, K = 64 or 96; fp32
+//    and 16-bit in one body): the same split-K units and reduce, the GEMM on
 //    wgmma; see "Hopper" below.
 //  - wgrad_f32_kernel: fp32 (3xTF32 or TF32). cp.async 4-byte copies, the next
 //    row prefetched while the current one is multiplied; input rows kept in a
@@ -780,43 +780,83 @@ void dispatch_k(const at::Tensor& go, const at::Tensor& in, int64_t padding,
 }
 
 // ===========================================================================
-// Hopper (sm_90a) weight grad on wgmma.
+// Hopper (sm_90a) weight grad on wgmma: one kernel for fp32 (3xTF32, TF32)
+// and bf16/fp16.
 //
 // GEMM D[m][k] = sum_l A[m][l] * B[l][k]: m = im2col row (c, r, s) of the
 // input window (363, + the ones row 363 that yields grad_bias, padded to
 // 384 = 6 m64 blocks), k = output channel (N = K = 64 or 96), l = pixel. One
 // CTA per SM, 3 warpgroups; warpgroup wg owns rows [128 wg, 128 wg + 128) as
 // two m64 blocks (2 x K/2 fp32 accumulators per thread). Units (img, q-chunk,
-// output row p) of 56 pixels, split-K over the SMs exactly like the mma.sync
-// kernel (same workspace, same reduce).
-//  - A (input window) from registers: gathered from the 16-row input ring in
-//    shared memory with the same cp.async pipeline as wgrad_f32_kernel; the
-//    fragment of row m, pixel j is patch[off(m) + 4 j] (m16n8k8 A layout).
+// output row p) of 56 (fp32: 7 k8 steps) or 64 pixels (16-bit: 4 k16 steps),
+// split-K over the SMs exactly like the mma.sync kernels (same workspace,
+// same reduce).
+//  - A (input window) from registers, gathered from the 16-row input ring in
+//    shared memory that the mma.sync kernels use (fp32: the v2 patch, 16-bit:
+//    the v3 patch), by the same kind of cp.async pipeline: the next row's 4
+//    new input rows and its dy rows are copied while the tensor cores work.
+//    The fragment of row m, pixel j is patch[off(m) + 4 j] (mma.sync A layout).
 //  - B (dy) from shared memory through a descriptor: wgmma's canonical K-major
-//    no-swizzle layout, per k8 step NT8 blocks of 8 channels x two 8 x 16-byte
-//    core matrices (LBO 128 B, SBO 256 B), filled by cp.async 4-byte copies,
-//    one warp instruction per core matrix (128 contiguous bytes).
-//  - TF32: A rounded in registers (+0x1000), B rounded in place in shared
-//    memory by one pass. 3xTF32: B raw (the tensor core reads its top 19 bits
-//    = big) plus a small = B - big copy written by that pass; A split in
-//    registers; per k step lo*big, big*small, big*big. The registers are
-//    flushed (round-to-nearest adds) into the CTA's partial every few units.
+//    no-swizzle layout, per k step NT8 blocks of 8 channels x two 8 x 16-byte
+//    core matrices (LBO 128 B, SBO 256 B). dy rows arrive by 16-byte copies
+//    from the 16-byte boundary at or before their start (DyRow) and one pass
+//    per warp shifts them into the core matrices, since the tensor cores
+//    cannot shift.
+//  - TF32: A rounded in registers, B rounded by that pass. 3xTF32: B raw (the
+//    tensor core reads its top 19 bits = big) plus a small = B - big copy
+//    written by that pass; A split in registers; per k step lo*big,
+//    big*small, big*big. The registers are flushed (round-to-nearest adds)
+//    into the CTA's partial every few units, since the tensor cores'
+//    accumulation truncates.
+// Inputs: fp32 any strides (16-byte copies of input rows where NCHW, W % 4 ==
+// 0 and aligned, else 4-byte copies); 16-bit NCHW with W even (16-byte copies
+// where W % 8 == 0 and aligned, else 4-byte pairs); dy 16-byte aligned.
 
-constexpr int kGThreads = 384;                        // 3 warpgroups
-constexpr int kGQC = 56;                              // pixels per unit (fp32: 7 k8 steps)
-constexpr int kGSteps = kGQC / 8;
-constexpr int kGPatchBytes = (kOnes2 + 4 * kGQC) * 4;  // ring + ones: 48512 B
-static_assert(kGPatchBytes % 128 == 0, "dy buffers 128-byte aligned");
-template <int NT8>
-constexpr int gdy_bytes() { return kGSteps * NT8 * 256; }
-constexpr int kSR = 68;  // staging row stride (floats): 16 B mod 128, 8-row LDS.128 conflict-free
-template <int NT8>
-constexpr int gstg_bytes() { return 2 * NT8 * 8 * kSR * 4; }
-template <int MODE, int NT8>
-constexpr int gsmem_bytes() { return kGPatchBytes + gstg_bytes<NT8>() + (MODE == 0 ? 4 : 2) * gdy_bytes<NT8>(); }
-static_assert(gstg_bytes<8>() % 128 == 0 && gstg_bytes<12>() % 128 == 0, "alignment");
+constexpr int kGThreads = 384;  // 3 warpgroups
+constexpr int kSR = 68;         // fp32 staging row stride: 16 B mod 128, 8-row LDS.128 conflict-free
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // used by the wgmma kernels only
+// Per element type: the patch and unit geometry.
+template <typename T>
+struct GmmaGeo {  // bf16 / fp16: the v3 patch
+  using S = uint16_t;                 // shared-memory word of the patch
+  static constexpr int kQC = kQC3, kPix = 16, kJW = kJW3, kRS = kRS3, kCS = kCS3, kOnes = kOnes3;
+  static constexpr int kOnesLen = 4 * kQC3 + 16;
+  static constexpr int kLD = kLDA3;   // staging row stride (elements)
+};
+template <>
+struct GmmaGeo<float> {  // the v2 patch
+  using S = float;
+  static constexpr int kQC = kQC2, kPix = 8, kJW = kJW2, kRS = kRS2, kCS = kCS2, kOnes = kOnes2;
+  static constexpr int kOnesLen = 4 * kQC2;
+  static constexpr int kLD = kSR;
+};
+// The ones follow the ring; a row's 16-byte copies and a dy row's staged
+// chunks fit their row strides.
+template <typename T>
+constexpr bool gmma_geo_ok() {
+  using G = GmmaGeo<T>;
+  constexpr int epc = 16 / (int)sizeof(T);
+  return G::kOnes == kCin * G::kCS && (G::kJW + 2 * (epc - 1)) / epc * epc <= G::kRS &&
+         (G::kQC / epc + 1) * epc <= G::kLD;
+}
+static_assert(gmma_geo_ok<float>() && gmma_geo_ok<at::Half>() && gmma_geo_ok<at::BFloat16>(),
+              "wgmma weight-gradient geometry");
+template <typename T>
+constexpr int gpatch_bytes() {
+  return ((GmmaGeo<T>::kOnes + GmmaGeo<T>::kOnesLen) * (int)sizeof(T) + 127) / 128 * 128;  // ring + ones
+}
+template <typename T, int NT8>
+constexpr int gstg_bytes() { return 2 * NT8 * 8 * GmmaGeo<T>::kLD * (int)sizeof(T); }  // staged dy rows [2][K]
+template <typename T, int NT8>
+constexpr int gdy_bytes() { return GmmaGeo<T>::kQC / GmmaGeo<T>::kPix * NT8 * 256; }  // one canonical B
+// 3xTF32 keeps a small-part copy of each B buffer
+template <typename T, int MODE, int NT8>
+constexpr int gsmem_bytes() { return gpatch_bytes<T>() + gstg_bytes<T, NT8>() + (MODE == 0 ? 4 : 2) * gdy_bytes<T, NT8>(); }
+static_assert(gstg_bytes<float, 8>() % 128 == 0 && gstg_bytes<float, 12>() % 128 == 0 &&
+                  gstg_bytes<at::Half, 8>() % 128 == 0 && gstg_bytes<at::Half, 12>() % 128 == 0,
+              "dy buffers 128-byte aligned");
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // used by the wgmma kernel only
 __device__ __forceinline__ void cp_async16n(uint32_t dst, const void* src, int nbytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
 }
@@ -826,6 +866,15 @@ __device__ __forceinline__ uint4 shift_words(const uint4& v0, const uint4& v1, i
   if (sh & 2) { a0 = a2; a1 = a3; a2 = a4; a3 = a5; a4 = a6; }
   if (sh & 1) { a0 = a1; a1 = a2; a2 = a3; a3 = a4; }
   return make_uint4(a0, a1, a2, a3);
+}
+// out halves [sh, sh + 8) of the 16 halves (v0, v1), sh in 0..7 (branch-free)
+__device__ __forceinline__ uint4 shift_halves(const uint4& v0, const uint4& v1, int sh) {
+  uint32_t a0 = v0.x, a1 = v0.y, a2 = v0.z, a3 = v0.w, a4 = v1.x, a5 = v1.y, a6 = v1.z, a7 = v1.w;
+  if (sh & 4) { a0 = a2; a1 = a3; a2 = a4; a3 = a5; a4 = a6; a5 = a7; }
+  if (sh & 2) { a0 = a1; a1 = a2; a2 = a3; a3 = a4; a4 = a5; }
+  const int f = (sh & 1) * 16;
+  return make_uint4(__funnelshift_r(a0, a1, f), __funnelshift_r(a1, a2, f), __funnelshift_r(a2, a3, f),
+                    __funnelshift_r(a3, a4, f));
 }
 
 // One dy row (channel n of unit (img, q-chunk qc, output row p)) staged for
@@ -890,49 +939,68 @@ __device__ __forceinline__ void gflush(float (&acc)[2][NT8 * 4], float* wsl, int
     }
 }
 
-// VEC: NCHW input, W % 4 == 0, 16-byte aligned: input rows by 16-byte copies
-// (column j of a stage at j + shP); else 4-byte copies, any strides.
-template <int MODE, int NT8, bool VEC>
+// T = float (MODE 0: 3xTF32, 1: TF32) or bf16/fp16 (MODE 2). VEC: input
+// rows by 16-byte copies (column j of a stage at j + sh, sh = -pad mod the
+// elements per copy); else by 4-byte copies (fp32: one element, any strides;
+// 16-bit: a pair, sh = pad & 1).
+template <typename T, int MODE, int NT8, bool VEC>
 __global__ void __launch_bounds__(kGThreads, 1)
-    wgrad_f32_gmma_kernel(const float* __restrict__ dy, const float* __restrict__ x,
-                          int64_t sN, int64_t sC, int64_t sH, int64_t sW, int K,
-                          int H, int W, int P, int Q, int pad, int nQc, int64_t U,
-                          int S, int flush_every, float* __restrict__ ws) {
+    wgrad_gmma_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t sN, int64_t sC, int64_t sH,
+                      int64_t sW, int K, int H, int W, int P, int Q, int pad, int nQc, int64_t U, int S,
+                      float* __restrict__ ws) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using G = GmmaGeo<T>;
+  using E = typename G::S;
+  constexpr bool F32 = std::is_same_v<T, float>;
+  using TA = std::conditional_t<F32, float, MmaType<T>>;
+  constexpr int QC = G::kQC, PIX = G::kPix, RS = G::kRS, CS = G::kCS;
+  constexpr int EB = (int)sizeof(T);
+  constexpr int EPC = 16 / EB;                    // elements per 16-byte copy
+  constexpr int EPU = VEC ? EPC : 4 / EB;         // elements per input-row copy
   constexpr int NACC = NT8 * 4;
-  constexpr int MH = NT8 * 8;                  // = K
-  constexpr int DYB = gdy_bytes<NT8>();
+  constexpr int MH = NT8 * 8;                     // = K
+  constexpr int STEPS = QC / PIX;
+  constexpr int PB = gpatch_bytes<T>();
+  constexpr int STG = gstg_bytes<T, NT8>();
+  constexpr int DYB = gdy_bytes<T, NT8>();
   constexpr int STEPB = NT8 * 256;
-  constexpr int C4 = kGQC / 4;                 // 4-pixel chunks per unit
-  constexpr int NCH = C4 + 1;                  // 16-byte chunks staged per dy row (shift <= 3)
-  constexpr int NPC = VEC ? (kJW2 + 3 + 3) / 4 : kJW2;   // copies per input row (16 B or 4 B)
+  constexpr int NCHK = QC / EPC;                  // 16-byte chunks of a unit's dy row
+  constexpr int NCH = NCHK + 1;                   // staged per dy row (it may start mid-chunk)
+  constexpr int NPC = (G::kJW + 2 * (EPU - 1)) / EPU;  // copies per input row
   constexpr int NI = (NPC + 31) / 32;
-  extern __shared__ __align__(128) float smg[];
-  const uint32_t sbase = smem_u32(smg);
-  const uint32_t* smw = reinterpret_cast<const uint32_t*>(smg);
-  unsigned char* smb = reinterpret_cast<unsigned char*>(smg);
+  extern __shared__ __align__(128) uint32_t smgw[];
+  const uint32_t sbase = smem_u32(smgw);
+  const uint32_t* smw = smgw;
+  E* sme = reinterpret_cast<E*>(smgw);
+  unsigned char* smb = reinterpret_cast<unsigned char*>(smgw);
+  const uint32_t stg0 = sbase + PB;         // staged dy rows [2][K][kLD]
+  const uint32_t dyb0 = stg0 + STG;         // canonical B [2] (+ small parts [2], 3xTF32)
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int wg = warp >> 2, wq = warp & 3;
   const int slice = blockIdx.x;
   const int64_t u0 = U * slice / S, u1 = U * (slice + 1) / S;
-  const uint32_t stg0 = sbase + kGPatchBytes;           // staged dy rows [2][K][kSR]
-  const uint32_t dyb0 = stg0 + gstg_bytes<NT8>();       // canonical B: raw [2], small [2] (3xTF32)
-  const int shP = VEC ? ((-pad) & 3) : 0;
+  const int sh = (-pad) & (EPU - 1);
 
-  for (int i = tid; i < 4 * kGQC; i += kGThreads) smg[kOnes2 + i] = 1.f;
+  E one;
+  if constexpr (F32) one = 1.f;
+  else one = std::is_same_v<T, at::BFloat16> ? 0x3F80 : 0x3C00;
+  for (int i = tid; i < G::kOnesLen; i += kGThreads) sme[G::kOnes + i] = one;
 
   // dy: warp w < NT8 stages rows n = 8w + r7 (see DyRow)
   const bool dyw = warp < NT8;
   const int r7 = lane & 7, kq = lane >> 3;
-  using Dy = DyRow<float, kGQC, kSR, NCH>;
+  using Dy = DyRow<T, QC, G::kLD, NCH>;
   auto dy_row = [&](int64_t img, int qc, int p, int buf) { return Dy(dy, stg0, img, qc, p, buf, warp * 8 + r7, K, P, Q); };
-  auto copy_dy = [&](const Dy& d, int qvalid, int i) { d.copy(kq, qvalid, i); };
+  auto copy_dy = [&](const Dy& d, int qvalid) {
+#pragma unroll
+    for (int i = 0; i < (NCH + 3) / 4; ++i) d.copy(kq, qvalid, i);
+  };
   // Input rows: one warp per row.
   struct Row {
-    const float* src;  // start of the (clamped, valid) image row
-    int iwl;           // VEC: first column of the lane's chunk; else column iw0 + lane
+    const T* src;  // start of the (clamped, valid) image row
+    int iwl;       // first column of the lane's copy
     uint32_t dst;
     bool ok;
   };
@@ -941,26 +1009,30 @@ __global__ void __launch_bounds__(kGThreads, 1)
     const int ih = 4 * p - pad + rr;
     r.ok = ih >= 0 && ih < H;
     const int slot = (rb + rr) & (kRing - 1);
-    if constexpr (VEC) {
-      r.iwl = 4 * qc * kGQC - pad - shP + 4 * lane;
-      r.src = x + img * sN + c * sC + (int64_t)(r.ok ? ih : 0) * sH;
-      r.dst = sbase + 4u * (c * kCS2 + slot * kRS2) + 16u * lane;
-    } else {
-      r.iwl = 4 * qc * kGQC - pad + lane;
-      r.src = x + img * sN + c * sC + (int64_t)(r.ok ? ih : 0) * sH;
-      r.dst = sbase + 4u * (c * kCS2 + slot * kRS2 + lane);
-    }
+    r.iwl = 4 * qc * QC - pad - sh + EPU * lane;
+    r.src = x + img * sN + c * sC + (int64_t)(r.ok ? ih : 0) * sH;
+    r.dst = sbase + (uint32_t)EB * (c * CS + slot * RS) + (VEC ? 16u : 4u) * lane;
     return r;
   };
   auto copy_row = [&](const Row& r, int i) {
     if (i < NI - 1 || lane + 32 * i < NPC) {
+      const int col = r.iwl + 32 * EPU * i;
+      // W % EPU == 0: a copy is all in or all out
+      const bool ok = r.ok && (unsigned)col < (unsigned)W;
       if constexpr (VEC) {
-        const bool ok = r.ok && (unsigned)(r.iwl + 128 * i) < (unsigned)W;  // W % 4 == 0: all in or out
-        cp_async16n(r.dst + 512u * i, r.src + (ok ? r.iwl + 128 * i : 0), ok ? 16 : 0);
+        cp_async16n(r.dst + 512u * i, r.src + (ok ? col : 0), ok ? 16 : 0);
+      } else if constexpr (F32) {
+        cp_async4n(r.dst + 128u * i, r.src + (ok ? (int64_t)col * sW : 0), ok ? 4 : 0);
       } else {
-        const bool ok = r.ok && (unsigned)(r.iwl + 32 * i) < (unsigned)W;
-        cp_async4(r.dst + 128u * i, r.src + (ok ? (int64_t)(r.iwl + 32 * i) * sW : 0), ok);
+        cp_async4n(r.dst + 128u * i, r.src + (ok ? col : 0), ok ? 4 : 0);
       }
+    }
+  };
+  auto stage_rows = [&](int64_t img, int qc, int p, int rb, int first, int nrows) {
+    for (int row = first + warp; row < first + nrows; row += kGThreads / 32) {
+      const Row r = row_of(img, qc, p, rb, row / kCin, row % kCin);
+#pragma unroll
+      for (int i = 0; i < NI; ++i) copy_row(r, i);
     }
   };
 
@@ -971,8 +1043,8 @@ __global__ void __launch_bounds__(kGThreads, 1)
   for (int b = 0; b < 2; ++b)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const WindowColumn w = window_column(mrow0 + 64 * b + 8 * h, kCS2, shP, kOnes2);
-      rbase[b][h] = w.base + 4 * t;
+      const WindowColumn w = window_column(mrow0 + 64 * b + 8 * h, CS, sh, G::kOnes);
+      rbase[b][h] = w.base + (PIX / 2) * t;
       rrow[b][h] = w.r;
     }
 
@@ -983,19 +1055,20 @@ __global__ void __launch_bounds__(kGThreads, 1)
       // big = the top 19 bits of the raw copy). Lane (r7, kq): chunks kq + 4 i.
       __syncwarp();
       const int n = warp * 8 + r7;
-      const int sh = (int)((((img * K + n) * P + p) * Q + qc * kGQC) & 3);
-      const uint4* rowp = reinterpret_cast<const uint4*>(smb + kGPatchBytes + 4 * (buf * MH + n) * kSR);
+      const int shd = (int)((((img * K + n) * P + p) * Q + qc * QC) & (EPC - 1));
+      const uint4* rowp = reinterpret_cast<const uint4*>(smb + PB + EB * (buf * MH + n) * G::kLD);
 #pragma unroll
-      for (int i = 0; i < (C4 + 3) / 4; ++i) {
-        const int c4 = kq + 4 * i;
-        if (4 * i + 3 < C4 || c4 < C4) {
-          uint4 v = shift_words(rowp[c4], rowp[c4 + 1], sh);
-          const int o = kGPatchBytes + gstg_bytes<NT8>() + buf * DYB + (c4 >> 1) * STEPB + warp * 256 +
-                        (c4 & 1) * 128 + r7 * 16;
+      for (int i = 0; i < (NCHK + 3) / 4; ++i) {
+        const int c = kq + 4 * i;
+        if (4 * i + 3 < NCHK || c < NCHK) {
+          uint4 v;
+          if constexpr (F32) v = shift_words(rowp[c], rowp[c + 1], shd);
+          else v = shift_halves(rowp[c], rowp[c + 1], shd);
+          const int o = PB + STG + buf * DYB + (c >> 1) * STEPB + warp * 256 + (c & 1) * 128 + r7 * 16;
           if constexpr (MODE == 0) {
             *reinterpret_cast<uint4*>(smb + o + 2 * DYB) =
                 make_uint4(tf32_small(v.x), tf32_small(v.y), tf32_small(v.z), tf32_small(v.w));
-          } else {
+          } else if constexpr (MODE == 1) {
             v = make_uint4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
           }
           *reinterpret_cast<uint4*>(smb + o) = v;
@@ -1012,30 +1085,25 @@ __global__ void __launch_bounds__(kGThreads, 1)
 
   float* wsl = ws + (int64_t)slice * K * kNW;
   bool ws_written = false;
-  // flushes staggered over the slices: fewer CTAs update their partials at once
-  int since_flush = flush_every > 0 ? slice % flush_every : 0;
+  // 3xTF32 flushes the registers into the partial every FLUSH units, as the
+  // mma.sync kernel does: the tensor cores' fp32 accumulation truncates.
+  // Flushes are staggered over the slices: fewer CTAs update their partials at once.
+  constexpr int FLUSH = MODE == 0 ? 8 : 0;
+  int since_flush = FLUSH > 0 ? slice % FLUSH : 0;
   int rb = 0;
   bool loaded = false;
   int p = (int)(u0 % P), qc = (int)((u0 / P) % nQc);
   int64_t img = u0 / P / nQc;
   for (int64_t u = u0; u < u1; ++u) {
-    const int qvalid = min(kGQC, Q - qc * kGQC);
-    const int nst = (qvalid + 7) >> 3;
+    const int qvalid = min(QC, Q - qc * QC);
+    const int nst = (qvalid + PIX - 1) / PIX;
     const int buf = (int)(u & 1);
 
     if (!loaded) {
       // not prefetched (first unit, or a new image / q-chunk): all 11 rows
       __syncthreads();  // every warpgroup is done with unit u-1's rows
-      if (dyw) {
-        const auto d = dy_row(img, qc, p, buf);
-#pragma unroll
-        for (int i = 0; i < (NCH + 3) / 4; ++i) copy_dy(d, qvalid, i);
-      }
-      for (int row = warp; row < kCin * kKsz; row += kGThreads / 32) {
-        const Row r = row_of(img, qc, p, rb, row / kCin, row % kCin);
-#pragma unroll
-        for (int i = 0; i < NI; ++i) copy_row(r, i);
-      }
+      if (dyw) copy_dy(dy_row(img, qc, p, buf), qvalid);
+      stage_rows(img, qc, p, rb, 0, kCin * kKsz);
       cp_async_commit();
       cp_async_wait<0>();
       relayout(img, qc, p, buf);
@@ -1053,22 +1121,26 @@ __global__ void __launch_bounds__(kGThreads, 1)
     for (int b = 0; b < 2; ++b)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        aoff[b][h] = rrow[b][h] < 0 ? rbase[b][h] : rbase[b][h] + ((rb + rrow[b][h]) & (kRing - 1)) * kRS2;
+        aoff[b][h] = rrow[b][h] < 0 ? rbase[b][h] : rbase[b][h] + ((rb + rrow[b][h]) & (kRing - 1)) * RS;
 
+    // A fragment of k step st: pixel columns PIX st + (t, t + PIX/2) (fp32: one
+    // word each; 16-bit: pixel pairs 2t, 2t + 1 packed), rows g, g + 8
     uint32_t A[2][2][4], L[2][2][4];
     auto gather = [&](int st, uint32_t (&a)[2][4], uint32_t (&l)[2][4]) {
-      const int o = 32 * st;  // pixel 8 st -> 4 * 8 st floats
+      const int o = 4 * PIX * st;
 #pragma unroll
       for (int b = 0; b < 2; ++b) {
-        a[b][0] = smw[aoff[b][0] + o];
-        a[b][1] = smw[aoff[b][1] + o];
-        a[b][2] = smw[aoff[b][0] + o + 16];
-        a[b][3] = smw[aoff[b][1] + o + 16];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
+          const int base = aoff[b][e & 1] + o + (e >> 1) * 2 * PIX;
+          if constexpr (F32) {
+            a[b][e] = smw[base];
+          } else {
+            a[b][e] = (uint32_t)sme[base] | ((uint32_t)sme[base + 4] << 16);
+          }
           if constexpr (MODE == 0) {
             l[b][e] = tf32_small(a[b][e]);
-          } else {
+          } else if constexpr (MODE == 1) {
             a[b][e] = round_tf32(a[b][e]);
           }
         }
@@ -1078,31 +1150,25 @@ __global__ void __launch_bounds__(kGThreads, 1)
     const uint64_t draw0 = gmma_desc(dyb0 + buf * DYB), dlo0 = gmma_desc(dyb0 + (2 + buf) * DYB);
     gather(0, A[0], L[0]);
 #pragma unroll
-    for (int st = 0; st < kGSteps; ++st) {
+    for (int st = 0; st < STEPS; ++st) {
       if (st < nst) {
         gmma_fence();
         const uint64_t dr = draw0 + (uint64_t)((st * STEPB) >> 4);
         if constexpr (MODE == 0) {
           const uint64_t dl = dlo0 + (uint64_t)((st * STEPB) >> 4);
 #pragma unroll
-          for (int b = 0; b < 2; ++b) gmma_rs<float, NT8>(acc[b], L[st & 1][b], dr);
+          for (int b = 0; b < 2; ++b) gmma_rs<TA, NT8>(acc[b], L[st & 1][b], dr);
 #pragma unroll
-          for (int b = 0; b < 2; ++b) gmma_rs<float, NT8>(acc[b], A[st & 1][b], dl);
+          for (int b = 0; b < 2; ++b) gmma_rs<TA, NT8>(acc[b], A[st & 1][b], dl);
         }
 #pragma unroll
-        for (int b = 0; b < 2; ++b) gmma_rs<float, NT8>(acc[b], A[st & 1][b], dr);
+        for (int b = 0; b < 2; ++b) gmma_rs<TA, NT8>(acc[b], A[st & 1][b], dr);
         gmma_commit();
         if (st == 0 && next) {
           // prefetch the steady successor (next row: its dy rows, 4 new input
           // rows) while the tensor cores work
-          if (dyw) {
-            const auto d = dy_row(img, qc, p + 1, buf ^ 1);
-#pragma unroll
-            for (int i = 0; i < (NCH + 3) / 4; ++i) copy_dy(d, qvalid, i);
-          }
-          const Row r = row_of(img, qc, p + 1, rb + 4, 7 + warp / kCin, warp % kCin);
-#pragma unroll
-          for (int i = 0; i < NI; ++i) copy_row(r, i);
+          if (dyw) copy_dy(dy_row(img, qc, p + 1, buf ^ 1), qvalid);
+          stage_rows(img, qc, p + 1, rb + 4, 7 * kCin, 4 * kCin);
           cp_async_commit();
         }
         if (st + 1 < nst) {
@@ -1126,10 +1192,12 @@ __global__ void __launch_bounds__(kGThreads, 1)
 
     loaded = next;
     rb = next ? ((rb + 4) & (kRing - 1)) : 0;
-    if (flush_every > 0 && ++since_flush >= flush_every && u + 1 < u1) {
-      gflush<NT8>(acc, wsl, mrow0, t, ws_written);
-      ws_written = true;
-      since_flush = 0;
+    if constexpr (FLUSH > 0) {
+      if (++since_flush >= FLUSH && u + 1 < u1) {
+        gflush<NT8>(acc, wsl, mrow0, t, ws_written);
+        ws_written = true;
+        since_flush = 0;
+      }
     }
     next_unit(p, qc, img, P, nQc);
   }
@@ -1142,271 +1210,16 @@ void launch_wgrad_gmma(const at::Tensor& go, const at::Tensor& in, int64_t paddi
                        const at::Tensor& gw, const std::optional<at::Tensor>& gb) {
   const int H = in.size(2), W = in.size(3);
   const int K = go.size(1), P = go.size(2), Q = go.size(3);
-  const SplitK sk = split_k(go, in, kGQC);
-  const int nQc = sk.nQc, S = sk.S;
-  const int64_t U = sk.U;
-  const at::Tensor& ws = sk.ws;
+  const SplitK sk = split_k(go, in, GmmaGeo<T>::kQC);
   auto stream = at::cuda::getCurrentCUDAStream();
-  static_assert(std::is_same_v<T, float>, "fp32 only so far");
-  // 3xTF32: flush the registers into the partial every 8 units (as the
-  // mma.sync kernel: the tensor core's fp32 accumulation truncates).
-  const int flush = MODE == 0 ? 8 : 0;
-  constexpr int smem = gsmem_bytes<MODE, NT8>();
-  const bool vec = in.is_contiguous() && W % 4 == 0 && reinterpret_cast<uintptr_t>(in.data_ptr()) % 16 == 0;
-  auto kern = vec ? wgrad_f32_gmma_kernel<MODE, NT8, true> : wgrad_f32_gmma_kernel<MODE, NT8, false>;
+  constexpr int smem = gsmem_bytes<T, MODE, NT8>();
+  const bool vec = in.is_contiguous() && W % (16 / sizeof(T)) == 0 &&
+                   reinterpret_cast<uintptr_t>(in.data_ptr()) % 16 == 0;
+  auto kern = vec ? wgrad_gmma_kernel<T, MODE, NT8, true> : wgrad_gmma_kernel<T, MODE, NT8, false>;
   allow_max_dynamic_smem(kern);
-  kern<<<S, kGThreads, smem, stream>>>(go.data_ptr<float>(), in.data_ptr<float>(), in.stride(0), in.stride(1),
-                                       in.stride(2), in.stride(3), K, H, W, P, Q, (int)padding, nQc, U, S, flush,
-                                       ws.data_ptr<float>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  reduce_partials<T>(sk, gw, gb, stream);
-}
-// ---------------------------------------------------------------------------
-// bf16 / fp16 on wgmma (m64nNk16, A registers, B descriptor). Units of 64
-// pixels (4 k16 steps). NCHW, W even, 4-byte aligned pointers (else the
-// mma.sync kernels). The input ring and the dy rows arrive by the 4-byte
-// pair copies of wgrad_h16_kernel (dy rows shifted by one half when they
-// start at an odd element); one pass re-lays the dy rows out into the
-// canonical K-major core matrices (funnel shift for odd starts), since the
-// tensor cores cannot shift.
-constexpr int kHQC = 64;
-constexpr int kHSteps = kHQC / 16;
-constexpr int kHPatchBytes = ((kOnes3 + 4 * kHQC + 16) * 2 + 127) / 128 * 128;
-template <int NT8>
-constexpr int hstage_bytes() { return 2 * NT8 * 8 * kLDA3 * 2; }
-template <int NT8>
-constexpr int hdy_bytes() { return kHSteps * NT8 * 256; }
-template <int NT8>
-constexpr int hsmem_bytes() { return kHPatchBytes + hstage_bytes<NT8>() + 2 * hdy_bytes<NT8>(); }
-static_assert(hstage_bytes<12>() % 128 == 0 && hstage_bytes<8>() % 128 == 0, "alignment");
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// out halves [sh, sh + 8) of the 16 halves (v0, v1), sh in 0..7 (branch-free)
-__device__ __forceinline__ uint4 shift_halves(const uint4& v0, const uint4& v1, int sh) {
-  uint32_t a0 = v0.x, a1 = v0.y, a2 = v0.z, a3 = v0.w, a4 = v1.x, a5 = v1.y, a6 = v1.z, a7 = v1.w;
-  if (sh & 4) { a0 = a2; a1 = a3; a2 = a4; a3 = a5; a4 = a6; a5 = a7; }
-  if (sh & 2) { a0 = a1; a1 = a2; a2 = a3; a3 = a4; a4 = a5; }
-  const int f = (sh & 1) * 16;
-  return make_uint4(__funnelshift_r(a0, a1, f), __funnelshift_r(a1, a2, f), __funnelshift_r(a2, a3, f),
-                    __funnelshift_r(a3, a4, f));
-}
-#endif
-
-// VEC: W % 8 == 0 and 16-byte aligned input: input rows by 16-byte copies
-// (column j of a stage at j + shB, shB = -pad mod 8); else 4-byte pairs
-// (W even, shB = pad & 1). dy rows always by 16-byte copies (dy 16-byte aligned).
-template <typename T, int NT8, bool VEC>
-__global__ void __launch_bounds__(kGThreads, 1)
-    wgrad_h16_gmma_kernel(const T* __restrict__ dy, const T* __restrict__ x, int K, int H, int W, int P, int Q,
-                          int pad, int nQc, int64_t U, int S, float* __restrict__ ws) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using TA = MmaType<T>;
-  constexpr int NACC = NT8 * 4;
-  constexpr int MH = NT8 * 8;                // = K
-  constexpr int NCH = kHQC / 8 + 1;          // 16-byte chunks staged per dy row: 9
-  constexpr int NPC = VEC ? (kJW3 + 7 + 7) / 8 : kJW3 / 2 + 1;  // copies per input row: 35 or 134
-  constexpr int NI = (NPC + 31) / 32;
-  constexpr int STEPB = NT8 * 256;
-  constexpr int HDYB = hdy_bytes<NT8>();
-  static_assert(NCH * 8 <= kLDA3 && (!VEC || NPC * 8 <= kRS3), "staging sizes");
-  extern __shared__ __align__(128) uint16_t smh3[];
-  const uint32_t sbase = smem_u32(smh3);
-  const uint16_t* smh = smh3;
-  unsigned char* smb = reinterpret_cast<unsigned char*>(smh3);
-  const uint32_t stg0 = sbase + kHPatchBytes;                        // dy rows [2][K][kLDA3]
-  const uint32_t dyb0 = sbase + kHPatchBytes + hstage_bytes<NT8>();  // canonical B [2]
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t = lane & 3;
-  const int wg = warp >> 2, wq = warp & 3;
-  const int slice = blockIdx.x;
-  const int64_t u0 = U * slice / S, u1 = U * (slice + 1) / S;
-  const int64_t HW = (int64_t)H * W;
-  const int shB = VEC ? ((-pad) & 7) : (pad & 1);
-  const uint16_t one = std::is_same_v<T, at::BFloat16> ? 0x3F80 : 0x3C00;
-
-  for (int i = tid; i < 4 * kHQC + 16; i += kGThreads) smh3[kOnes3 + i] = one;
-
-  // dy: warp w < NT8 stages rows n = 8w + r7 (see DyRow)
-  const bool dyw = warp < NT8;
-  const int r7 = lane & 7, kq = lane >> 3;
-  using Dy = DyRow<T, kHQC, kLDA3, NCH>;
-  auto dy_row = [&](int64_t img, int qc, int p, int buf) { return Dy(dy, stg0, img, qc, p, buf, warp * 8 + r7, K, P, Q); };
-  auto copy_dy = [&](const Dy& d, int qvalid, int i) { d.copy(kq, qvalid, i); };
-  struct Row {
-    const T* src;
-    int iwl;
-    uint32_t dst;
-    bool ok;
-  };
-  auto row_of = [&](int64_t img, int qc, int p, int rb, int rr, int c) {
-    Row r;
-    const int ih = 4 * p - pad + rr;
-    r.ok = ih >= 0 && ih < H;
-    const int slot = (rb + rr) & (kRing - 1);
-    r.iwl = 4 * qc * kHQC - pad - shB + (VEC ? 8 : 2) * lane;
-    r.src = x + (img * kCin + c) * HW + (int64_t)(r.ok ? ih : 0) * W;  // row start (valid)
-    r.dst = sbase + 2u * (c * kCS3 + slot * kRS3) + (VEC ? 16u : 4u) * lane;
-    return r;
-  };
-  auto copy_row = [&](const Row& r, int i) {
-    if (i < NI - 1 || lane + 32 * i < NPC) {
-      if constexpr (VEC) {
-        const bool ok = r.ok && (unsigned)(r.iwl + 256 * i) < (unsigned)W;  // W % 8 == 0: all in or out
-        cp_async16n(r.dst + 512u * i, r.src + (ok ? r.iwl + 256 * i : 0), ok ? 16 : 0);
-      } else {
-        const bool ok = r.ok && (unsigned)(r.iwl + 64 * i) < (unsigned)W;  // W even: a pair is all in or out
-        cp_async4n(r.dst + 128u * i, r.src + (ok ? r.iwl + 64 * i : 0), ok ? 4 : 0);
-      }
-    }
-  };
-
-  const int mrow0 = wg * 128 + wq * 16 + g;
-  int rbase[2][2], rrow[2][2];
-#pragma unroll
-  for (int b = 0; b < 2; ++b)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const WindowColumn w = window_column(mrow0 + 64 * b + 8 * h, kCS3, shB, kOnes3);
-      rbase[b][h] = w.base + 8 * t;
-      rrow[b][h] = w.r;
-    }
-
-  auto relayout = [&](int64_t img, int qc, int p, int buf) {
-    if (dyw) {
-      // This warp's staged rows -> its channel group's core matrices: lane
-      // (r7, kq), 8-pixel chunks kq and kq + 4.
-      __syncwarp();
-      const int n = warp * 8 + r7;
-      const int sh = (int)((((img * K + n) * P + p) * Q + qc * kHQC) & 7);
-      const uint4* rowp = reinterpret_cast<const uint4*>(smb + kHPatchBytes + 2 * (buf * MH + n) * kLDA3);
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int c8 = kq + 4 * k;
-        *reinterpret_cast<uint4*>(smb + (dyb0 - sbase) + buf * HDYB + (c8 >> 1) * STEPB + warp * 256 +
-                                  (c8 & 1) * 128 + r7 * 16) = shift_halves(rowp[c8], rowp[c8 + 1], sh);
-      }
-    }
-  };
-
-  float acc[2][NACC];
-#pragma unroll
-  for (int b = 0; b < 2; ++b)
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) acc[b][i] = 0.f;
-
-  int rb = 0;
-  bool loaded = false;
-  int p = (int)(u0 % P), qc = (int)((u0 / P) % nQc);
-  int64_t img = u0 / P / nQc;
-  for (int64_t u = u0; u < u1; ++u) {
-    const int qvalid = min(kHQC, Q - qc * kHQC);
-    const int nst = (qvalid + 15) >> 4;
-    const int buf = (int)(u & 1);
-
-    if (!loaded) {
-      __syncthreads();  // every warpgroup is done with unit u-1's rows
-      if (dyw) {
-        const auto d = dy_row(img, qc, p, buf);
-#pragma unroll
-        for (int i = 0; i < (NCH + 3) / 4; ++i) copy_dy(d, qvalid, i);
-      }
-      for (int row = warp; row < kCin * kKsz; row += kGThreads / 32) {
-        const Row r = row_of(img, qc, p, rb, row / kCin, row % kCin);
-#pragma unroll
-        for (int i = 0; i < NI; ++i) copy_row(r, i);
-      }
-      cp_async_commit();
-      cp_async_wait<0>();
-      relayout(img, qc, p, buf);
-    }
-    // (otherwise unit u's rows were re-laid out at the end of unit u-1)
-    fence_proxy_async();
-    __syncthreads();  // B ready; every warpgroup is done with unit u-1
-
-    const bool next = (u + 1 < u1) && (p + 1 < P);
-
-    int aoff[2][2];
-#pragma unroll
-    for (int b = 0; b < 2; ++b)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        aoff[b][h] = rrow[b][h] < 0 ? rbase[b][h] : rbase[b][h] + ((rb + rrow[b][h]) & (kRing - 1)) * kRS3;
-
-    uint32_t A[2][2][4];
-    auto gather = [&](int st, uint32_t (&a)[2][4]) {
-      const int o = 64 * st;  // pixel 16 st -> 4 * 16 st halves
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int base = aoff[b][e & 1] + o + (e >> 1) * 32;
-          a[b][e] = (uint32_t)smh[base] | ((uint32_t)smh[base + 4] << 16);
-        }
-      }
-    };
-    const uint64_t d0 = gmma_desc(dyb0 + buf * HDYB);  // k step st: + st * STEPB >> 4
-    gather(0, A[0]);
-#pragma unroll
-    for (int st = 0; st < kHSteps; ++st) {
-      if (st < nst) {
-        gmma_fence();
-        const uint64_t d = d0 + (uint64_t)((st * STEPB) >> 4);
-#pragma unroll
-        for (int b = 0; b < 2; ++b) gmma_rs<TA, NT8>(acc[b], A[st & 1][b], d);
-        gmma_commit();
-        if (st == 0 && next) {
-          if (dyw) {
-            const auto dd = dy_row(img, qc, p + 1, buf ^ 1);
-#pragma unroll
-            for (int i = 0; i < (NCH + 3) / 4; ++i) copy_dy(dd, qvalid, i);
-          }
-          const Row r = row_of(img, qc, p + 1, rb + 4, 7 + warp / kCin, warp % kCin);
-#pragma unroll
-          for (int i = 0; i < NI; ++i) copy_row(r, i);
-          cp_async_commit();
-        }
-        if (st + 1 < nst) {
-          gmma_wait<1>();
-          gather(st + 1, A[(st + 1) & 1]);
-        }
-      }
-    }
-    if (next) {
-      // the successor's dy rows -> canonical buffer buf ^ 1 while this unit's last wgmmas run
-      cp_async_wait<0>();
-      relayout(img, qc, p + 1, buf ^ 1);
-    }
-    gmma_wait<0>();
-#pragma unroll
-    for (int b = 0; b < 2; ++b)
-#pragma unroll
-      for (int i = 0; i < NACC; ++i) pin(acc[b][i]);
-
-    loaded = next;
-    rb = next ? ((rb + 4) & (kRing - 1)) : 0;
-    next_unit(p, qc, img, P, nQc);
-  }
-  gflush<NT8>(acc, ws + (int64_t)slice * K * kNW, mrow0, t, false);
-#endif
-}
-
-template <typename T, int NT8>
-void launch_wgrad_h16_gmma(const at::Tensor& go, const at::Tensor& in, int64_t padding, const at::Tensor& gw,
-                           const std::optional<at::Tensor>& gb) {
-  const int H = in.size(2), W = in.size(3);
-  const int K = go.size(1), P = go.size(2), Q = go.size(3);
-  const SplitK sk = split_k(go, in, kHQC);
-  const int nQc = sk.nQc, S = sk.S;
-  const int64_t U = sk.U;
-  const at::Tensor& ws = sk.ws;
-  auto stream = at::cuda::getCurrentCUDAStream();
-  constexpr int smem = hsmem_bytes<NT8>();
-  const bool vec = W % 8 == 0 && reinterpret_cast<uintptr_t>(in.data_ptr()) % 16 == 0;
-  auto kern = vec ? wgrad_h16_gmma_kernel<T, NT8, true> : wgrad_h16_gmma_kernel<T, NT8, false>;
-  allow_max_dynamic_smem(kern);
-  kern<<<S, kGThreads, smem, stream>>>(go.data_ptr<T>(), in.data_ptr<T>(), K, H, W, P, Q, (int)padding, nQc, U, S,
-                                       ws.data_ptr<float>());
+  kern<<<sk.S, kGThreads, smem, stream>>>(go.data_ptr<T>(), in.data_ptr<T>(), in.stride(0), in.stride(1),
+                                          in.stride(2), in.stride(3), K, H, W, P, Q, (int)padding, sk.nQc, sk.U,
+                                          sk.S, sk.ws.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   reduce_partials<T>(sk, gw, gb, stream);
 }
@@ -1421,9 +1234,9 @@ bool try_h16_gmma(const at::Tensor& go, const at::Tensor& in, int64_t padding, c
         reinterpret_cast<uintptr_t>(go.data_ptr()) % 16 == 0))
     return false;
   if (go.size(1) == 96) {
-    launch_wgrad_h16_gmma<T, 12>(go, in, padding, gw, gb);
+    launch_wgrad_gmma<T, 2, 12>(go, in, padding, gw, gb);
   } else {
-    launch_wgrad_h16_gmma<T, 8>(go, in, padding, gw, gb);
+    launch_wgrad_gmma<T, 2, 8>(go, in, padding, gw, gb);
   }
   return true;
 }
