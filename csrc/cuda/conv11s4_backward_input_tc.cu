@@ -48,6 +48,20 @@
 // A is rounded while forming the fragments); bf16/fp16 = m16n8k16 with fp32
 // accumulation. mma.sync: sm_80 and sm_90 alike.
 //
+// Hopper (sm_90 devices, when the build carries sm_90a code; see "Hopper
+// path" below): bf16/fp16 run a wgmma version of the same tiles, window and
+// A gather (A from registers, B resident in the canonical layout, four
+// consumer warpgroups of 64 super-pixels) with a fifth, producer warpgroup
+// moving dy into the stage buffers. Package A/B at the headline (N = 256,
+// K = 96, 224x224, p = 2; H200, one build swapped per step, same call):
+// bf16 0.397 vs 0.711 ms. The fp32 modes keep this kernel: a TF32 wgmma
+// version measured 0.675 vs 0.623 ms there (in its development harness
+// 0.534 vs 0.765; the gap between the two settings is not understood), and
+// a 3xTF32 one (B big + small for 24 columns per CTA group, three m64n24
+// per k step) 1.442 vs 1.414 in the harness. The tensor pipe is ~30% busy
+// in the wgmma kernel (ncu); what limits it further is not established.
+// dev/dgrad_gmma keeps the fp32 variants.
+//
 // Limits (returns false): C != 3, non-contiguous tensors, resident B plus
 // the two dy buffers beyond the opt-in shared memory (fp32: K <= 112;
 // 16-bit: K <= 224 on H100/H200), padding > 4096, per-image sizes >= 2^31.
@@ -58,6 +72,7 @@
 #include "fast_kernels.h"
 #include "launch_utils.h"
 #include "ptx.cuh"
+#include "wgmma.cuh"
 
 // Light headers only (no ATen/ATen.h, no CUDAContext.h): most of this file's
 // compile time is the host front end parsing headers.
@@ -90,7 +105,9 @@ constexpr int kTaps = 9;
 constexpr int kNT8 = 6;            // 48 columns = (c, a, b)
 constexpr int kNJ = kNT8 / 2;      // uint4 B entries per (k step, lane)
 constexpr int kBandMax = 64;       // super-pixel columns per band
-constexpr int kLoadsPerThread = (kWPPMax + kThreads - 1) / kThreads;  // 2
+// dy window cells per loading thread, for a CTA of NTHR threads
+template <int NTHR> __host__ __device__ constexpr int loads_per_thread() { return (kWPPMax + NTHR - 1) / NTHR; }
+constexpr int kLoadsPerThread = loads_per_thread<kThreads>();  // 2
 
 enum Mode : int { kX3 = 0, kTF = 1, kH16 = 2 };
 
@@ -171,11 +188,12 @@ __device__ __forceinline__ TileGeom tile_geom(const Params& p, int tile) {
 
 // Window cell e = ri * RSW + ci of this thread's u-th load: dy offset
 // prow * Q + qcol inside a channel plane, or -1 (zero cell), or -2 (no cell).
+template <int NTHR>
 __device__ __forceinline__ void loader_offsets(const Params& p, const TileGeom& tg, int tid,
-                                               int (&goff)[kLoadsPerThread]) {
+                                               int (&goff)[loads_per_thread<NTHR>()]) {
 #pragma unroll
-  for (int u = 0; u < kLoadsPerThread; ++u) {
-    const int e = tid + u * kThreads;
+  for (int u = 0; u < loads_per_thread<NTHR>(); ++u) {
+    const int e = tid + u * NTHR;
     if (e >= p.WPP) { goff[u] = -2; continue; }
     const int ri = e / p.RSW, ci = e - ri * p.RSW;
     const int prow = tg.prow0 + ri, qcol = tg.qcol0 + ci;
@@ -183,19 +201,19 @@ __device__ __forceinline__ void loader_offsets(const Params& p, const TileGeom& 
   }
 }
 
-template <typename T, int MODE>
+template <int NTHR>
 struct StageRegs {
-  uint32_t w[kLoadsPerThread][kPlanes];
+  uint32_t w[loads_per_thread<NTHR>()][kPlanes];
 };
 
-template <typename T, int MODE>
-__device__ __forceinline__ void load_stage(const Params& p, int n, const int (&goff)[kLoadsPerThread],
-                                           int st, StageRegs<T, MODE>& r) {
+template <typename T, int MODE, int NTHR>
+__device__ __forceinline__ void load_stage(const Params& p, int n, const int (&goff)[loads_per_thread<NTHR>()],
+                                           int st, StageRegs<NTHR>& r) {
   const T* src = static_cast<const T*>(p.dy) + (size_t)n * p.K * p.PQ;
   constexpr int SC = stage_channels<MODE>();
   const int ch0 = st * SC;
 #pragma unroll
-  for (int u = 0; u < kLoadsPerThread; ++u) {
+  for (int u = 0; u < loads_per_thread<NTHR>(); ++u) {
     const bool ok = goff[u] >= 0;
 #pragma unroll
     for (int pl = 0; pl < kPlanes; ++pl) {
@@ -215,13 +233,13 @@ __device__ __forceinline__ void load_stage(const Params& p, int n, const int (&g
   }
 }
 
-template <typename T, int MODE>
-__device__ __forceinline__ void store_stage(const StageRegs<T, MODE>& r, uint32_t* buf, int tid,
-                                            const int (&goff)[kLoadsPerThread]) {
+template <int NTHR>
+__device__ __forceinline__ void store_stage(const StageRegs<NTHR>& r, uint32_t* buf, int tid,
+                                            const int (&goff)[loads_per_thread<NTHR>()]) {
 #pragma unroll
-  for (int u = 0; u < kLoadsPerThread; ++u) {
+  for (int u = 0; u < loads_per_thread<NTHR>(); ++u) {
     if (goff[u] == -2) continue;
-    const int e = tid + u * kThreads;
+    const int e = tid + u * NTHR;
 #pragma unroll
     for (int pl = 0; pl < kPlanes; ++pl) buf[pl * kCHS + e] = r.w[u][pl];
   }
@@ -244,19 +262,21 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_dgrad_tc_kernel(const Pa
 
   TileGeom tg = tile_geom(p, tile);
   int goff[kLoadsPerThread];
-  loader_offsets(p, tg, tid, goff);
-  StageRegs<T, MODE> sr;
-  load_stage<T, MODE>(p, tg.n, goff, 0, sr);
-  store_stage<T, MODE>(sr, bufs, tid, goff);
+  loader_offsets<kThreads>(p, tg, tid, goff);
+  StageRegs<kThreads> sr;
+  load_stage<T, MODE, kThreads>(p, tg.n, goff, 0, sr);
+  store_stage<kThreads>(sr, bufs, tid, goff);
   cp_async_wait_all();
   __syncthreads();
 
-  const int bandpix = p.PS * p.TQ;
   int it = 0;
   while (true) {
-    // This lane's super-pixels: m16 tile a, row g + 8h.
-    int sp[2][2];      // smem word offset t*kCHS + window offset of the pixel
-    int y0[2], x0[2];  // epilogue pixel (h = t & 1): 4*P0 - pad, 4*Q0 - pad; y0 huge if invalid
+    // (Written out here and in the epilogue: the wgmma kernel's lane_pixels
+    // and store_dx_n8 cost this kernel 9% in 3xTF32, 1.59 vs 1.46 ms at the
+    // headline on an H200, ptxas 252 vs 223 registers.)
+    const int bandpix = p.PS * p.TQ;
+    int sp[2][2];
+    int y0[2], x0[2];
 #pragma unroll
     for (int a = 0; a < 2; ++a)
 #pragma unroll
@@ -295,11 +315,11 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_dgrad_tc_kernel(const Pa
       // next tile's first) before this stage's MMAs.
       bool more = true;
       if (st + 1 < p.nstage) {
-        load_stage<T, MODE>(p, tg.n, goff, st + 1, sr);
+        load_stage<T, MODE, kThreads>(p, tg.n, goff, st + 1, sr);
       } else if (ntile < p.total_tiles) {
         ng = tile_geom(p, ntile);
-        loader_offsets(p, ng, tid, ngoff);
-        load_stage<T, MODE>(p, ng.n, ngoff, 0, sr);
+        loader_offsets<kThreads>(p, ng, tid, ngoff);
+        load_stage<T, MODE, kThreads>(p, ng.n, ngoff, 0, sr);
       } else {
         more = false;
       }
@@ -372,14 +392,12 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_dgrad_tc_kernel(const Pa
         int sg[kLoadsPerThread];
 #pragma unroll
         for (int u = 0; u < kLoadsPerThread; ++u) sg[u] = st + 1 < p.nstage ? goff[u] : ngoff[u];
-        store_stage<T, MODE>(sr, bufs + ((it + 1) & 1) * kBufWords, tid, sg);
+        store_stage<kThreads>(sr, bufs + ((it + 1) & 1) * kBufWords, tid, sg);
       }
       __syncthreads();
       ++it;
     }
 
-    // Epilogue: lane (g, t) gets the 4 columns b = 0..3 of pixel row g + 8*(t&1),
-    // a = 2*(nt&1) + (t>>1), channel c = nt>>1, from its own pair and lane t^1's.
     {
       T* dx = static_cast<T*>(p.dx) + (size_t)tg.n * kC * p.H * p.W;
       const bool odd = t & 1;
@@ -402,7 +420,6 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_dgrad_tc_kernel(const Pa
           T* row = dx + ((size_t)ch * p.H + y) * p.W;
           const int x = x0[a];
           if (p.vec2) {
-            // x even, W even: each pair is wholly inside or outside [0, W)
 #pragma unroll
             for (int bp = 0; bp < 2; ++bp) {
               const int xx = x + 2 * bp;
@@ -432,9 +449,319 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_dgrad_tc_kernel(const Pa
   }
 }
 
+// ---------------------------------------------------------------------------
+// Hopper path (sm_90a, bf16/fp16): the same tiles, dy window and A
+// gather as above, the MMAs as wgmma with A from registers (wgmma's per-warp
+// A / D fragments are the mma.sync m16n8k8 / m16n8k16 ones) and B read by the
+// tensor cores from resident weights in the canonical layout. 640 threads:
+// four consumer warpgroups, warpgroup wg owning super-pixels [64 wg, 64 wg +
+// 64) of the tile as one m64 block (warp wq of it rows 16 wq .. 16 wq + 15),
+// one m64n48 wgmma per warpgroup and k step (tap); and one producer
+// warpgroup that only moves dy into the stage buffers (see the loaders).
+constexpr int kGConsumerWGs = 4;
+constexpr int kGProdThreads = 128;  // one producer warpgroup (dy loads)
+constexpr int kGThreads = kGConsumerWGs * 128 + kGProdThreads;
+constexpr int kGNT8 = 6;            // 48 columns
+// resident B bytes: (9 * nstage) k steps x 6 n8 blocks x 256 bytes
+__host__ __device__ constexpr size_t gmma_wbytes(int nstage) { return (size_t)kTaps * nstage * kGNT8 * 256; }
+
+// B in the canonical K-major, no-swizzle layout: per k step ks = stage * 9 +
+// tap (32 bytes of k: 8 tf32 or 16 halves = the stage's channels) 6 blocks
+// of 8 columns, each two 8 x 16-byte core matrices (k halves kc = 0, 1);
+// descriptor LBO 128, SBO 256 (gmma_desc). Zeros where r or s > 10 or the
+// channel is >= K.
 template <typename T, int MODE>
-bool launch(const at::Tensor& grad_output, const at::Tensor& weight, int pad, const at::Tensor& grad_input) {
-  Params p{};
+__global__ void dgrad_prep_weights_gmma_kernel(const T* __restrict__ w, int K, int nstage, uint4* __restrict__ out) {
+  const int block = kTaps * nstage * kGNT8 * 16;
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= block) return;
+  const int nr = idx & 7, kc = (idx >> 3) & 1, nb = (idx >> 4) % kGNT8, ks = (idx >> 4) / kGNT8;
+  const int st = ks / kTaps, tap = ks - st * kTaps;
+  const int i = tap / 3, j = tap - 3 * i;
+  const int n = nb * 8 + nr;
+  const int c = n >> 4, r = ((n >> 2) & 3) + 4 * i, s = (n & 3) + 4 * j;
+  auto val = [&](int ch) -> float {
+    if (ch >= K || r >= kR || s >= kR) return 0.f;
+    return to_f(w[((size_t)ch * kC + c) * (kR * kR) + r * kR + s]);
+  };
+  static_assert(MODE == kH16, "16-bit only");
+  uint32_t v[4];
+  const int ch0 = st * 16 + kc * 8;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) v[e] = pack2(from_f<T>(val(ch0 + 2 * e)), from_f<T>(val(ch0 + 2 * e + 1)));
+  out[idx] = make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Why a producer warpgroup: with the mma.sync kernel's register-staged dy
+// loads in the consumers (512 threads), ~400 instructions of loads and
+// address arithmetic per stage sat between the barrier and the next wgmma,
+// in every warp, and a wgmma fence may also wait for the loads in flight
+// (not measured). Moved to a producer warpgroup: bf16 0.474 -> 0.414 ms
+// (H200, two separate runs). Producer thread i handles window cells i, i + 128,
+// i + 256, i + 384 (loader_offsets).
+//
+// 16-bit producer, register-staged: loads a stage's 16 channels as channel
+// pairs (lo = even channel) one stage ahead, stores them before the barrier.
+// (cp.async cannot build the pairs: 2-byte elements. Interleaving dy into
+// pair words first and copying those by cp.async measured slower: 0.404 vs
+// 0.348 ms at the headline in the development harness, the extra pass
+// included.)
+template <typename T>
+struct GLoader16 {
+  static constexpr int kLPT = kWPPMax / kGProdThreads;
+  int off[kLPT];  // cell offset in a channel plane; -1 zero cell, -2 no cell
+  const T* img;   // dy of the cursor's image
+  uint32_t w[kLPT][kPlanes];
+
+  __device__ __forceinline__ void set_tile(const Params& p, const TileGeom& tg, int ptid) {
+    loader_offsets<kGProdThreads>(p, tg, ptid, off);
+    img = static_cast<const T*>(p.dy) + (size_t)tg.n * p.K * p.PQ;
+  }
+  __device__ __forceinline__ void load(const Params& p, int st) {
+    const int ch0 = st * 16;
+    const int nch = min(16, p.K - ch0);  // channels of this stage that exist
+    const T* src = img + (size_t)ch0 * p.PQ;
+#pragma unroll
+    for (int u = 0; u < kLPT; ++u) {
+      const bool ok = off[u] >= 0;
+      const uint16_t* q16 = reinterpret_cast<const uint16_t*>(src + (ok ? off[u] : 0));
+#pragma unroll
+      for (int pl = 0; pl < kPlanes; ++pl) {
+        const uint32_t lo = (ok && 2 * pl < nch) ? __ldg(q16 + (size_t)(2 * pl) * p.PQ) : 0u;
+        const uint32_t hi = (ok && 2 * pl + 1 < nch) ? __ldg(q16 + (size_t)(2 * pl + 1) * p.PQ) : 0u;
+        w[u][pl] = lo | (hi << 16);
+      }
+    }
+  }
+  __device__ __forceinline__ void store(uint32_t* buf, int ptid) const {
+#pragma unroll
+    for (int u = 0; u < kLPT; ++u) {
+      if (off[u] == -2) continue;
+      const int e = ptid + u * kGProdThreads;
+#pragma unroll
+      for (int pl = 0; pl < kPlanes; ++pl) buf[pl * kCHS + e] = w[u][pl];
+    }
+  }
+};
+
+// A lane's two super-pixels, rows g and g + 8 of the m16 block at tile-local
+// super-pixel ml0: sp = word offset in the window (plane t) for the A gather;
+// (y0, x0) = dx position of phase (0, 0) of the one whose epilogue the lane
+// writes (row t & 1), y0 very negative where it lies past the tile or band
+// (its gather then reads a valid dummy cell).
+struct LanePixels {
+  int sp[2];
+  int y0, x0;
+};
+__device__ __forceinline__ LanePixels lane_pixels(const Params& p, const TileGeom& tg, int ml0, int g, int t) {
+  LanePixels r{};
+  const int bandpix = p.PS * p.TQ;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int ml = ml0 + h * 8 + g;
+    const int mb = tg.m0 + ml;
+    const int prel = mb / p.TQ, qrel = mb - prel * p.TQ;
+    const bool valid = ml < p.MT && mb < bandpix && tg.qb + qrel < p.QS;
+    const int off = valid ? (prel - tg.prel_lo + 2) * p.RSW + qrel + 2 : 2 * p.RSW + 2;
+    r.sp[h] = t * kCHS + off;
+    if (h == (t & 1)) {
+      r.y0 = valid ? 4 * (p.P0s + prel) - p.pad : INT32_MIN / 2;
+      r.x0 = 4 * (p.Q0s + tg.qb + qrel) - p.pad;
+    }
+  }
+  return r;
+}
+
+// Epilogue of n8 tile nt of a lane's m16n8 accumulators c (rows g, g + 8 of
+// its warp's super-pixels): one shuffle with lane t ^ 1 gives lane (g, t) the
+// 4 columns b = 0..3 of super-pixel row g + 8 (t & 1), phase row a = 2 (nt &
+// 1) + (t >> 1), channel nt >> 1, written as 4 consecutive dx elements (two
+// pair stores where p.vec2: x even and W even, so a pair is wholly inside or
+// outside [0, W)). (y0, x0): dx position of that super-pixel's phase (0, 0);
+// y0 very negative where the row holds no super-pixel.
+template <typename T>
+__device__ __forceinline__ void store_dx_n8(const Params& p, T* dx, const float* c, int nt, int t, int y0, int x0) {
+  const bool odd = t & 1;
+  const float s0 = odd ? c[0] : c[2], s1 = odd ? c[1] : c[3];
+  const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+  const float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+  float v[4];
+  v[0] = odd ? r0 : c[0];
+  v[1] = odd ? r1 : c[1];
+  v[2] = odd ? c[2] : r0;
+  v[3] = odd ? c[3] : r1;
+  const int ch = nt >> 1, aph = (nt & 1) * 2 + (t >> 1);
+  const int y = y0 + aph;
+  if (y < 0 || y >= p.H) return;
+  T* row = dx + ((size_t)ch * p.H + y) * p.W;
+  if (p.vec2) {
+#pragma unroll
+    for (int bp = 0; bp < 2; ++bp) {
+      const int xx = x0 + 2 * bp;
+      if (xx < 0 || xx >= p.W) continue;
+      if constexpr (std::is_same_v<T, float>) {
+        *reinterpret_cast<float2*>(row + xx) = make_float2(v[2 * bp], v[2 * bp + 1]);
+      } else {
+        *reinterpret_cast<uint32_t*>(row + xx) = pack2(from_f<T>(v[2 * bp]), from_f<T>(v[2 * bp + 1]));
+      }
+    }
+  } else {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int xx = x0 + b;
+      if (xx >= 0 && xx < p.W) row[xx] = from_f<T>(v[b]);
+    }
+  }
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// Consumer pipeline, per warpgroup: k step s (stage s / 9, tap s % 9) is
+// gathered into A buffer s % NB two steps ahead, right after the wait that
+// retires the last wgmma that read that buffer (refilling it earlier makes
+// ptxas serialize the wgmmas). One CTA barrier per stage, at tap 7 (after
+// its wgmma, before the gather of the next stage's tap 0): the window of
+// stage j is read only between the barriers of stages j - 1 and j; the
+// producer has it in place (stored) before the barrier of stage j - 1 and
+// refills its buffer only after the barrier of stage j. The schedule runs on across tiles (the
+// producer's cursor walks tile by tile, stage by stage); each tile's first
+// two gathers follow its predecessor's epilogue. Warpgroups past the tile's
+// last super-pixel still run the wgmmas (on a dummy window offset: a branch
+// around them makes ptxas serialize every wgmma, C7518) and skip only the
+// epilogue.
+template <typename T, int MODE>
+__global__ void __launch_bounds__(kGThreads, 1) conv11s4_dgrad_gmma_kernel(const Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(MODE == kH16, "16-bit only");
+  constexpr int NACC = kGNT8 * 4;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, wq = warp & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const size_t wbytes = gmma_wbytes(p.nstage);
+  uint32_t* bufs = reinterpret_cast<uint32_t*>(smem + wbytes);
+
+  int tile = blockIdx.x;
+  if (tile >= p.total_tiles) return;
+  {
+    uint4* dst = reinterpret_cast<uint4*>(smem);
+    for (int i = tid; i < (int)(wbytes / 16); i += kGThreads) cp_async16(dst + i, p.wfrag + i);
+    cp_async_commit();
+  }
+
+  if (wg == kGConsumerWGs) {
+    const int ptid = tid - kGConsumerWGs * 128;
+    int ltile = tile, lst = 0;  // the producer's cursor
+    {
+      // ---- producer, register-staged, 2 buffers ----
+      GLoader16<T> ld;
+      ld.set_tile(p, tile_geom(p, tile), ptid);
+      ld.load(p, 0);
+      ld.store(bufs, ptid);
+      bool lmore = true;  // the cursor's stage exists (and is in ld.w)
+      auto advance = [&]() {
+        if (++lst == p.nstage) {
+          lst = 0;
+          ltile += gridDim.x;
+          if (ltile < p.total_tiles) ld.set_tile(p, tile_geom(p, ltile), ptid);
+        }
+        lmore = ltile < p.total_tiles;
+        if (lmore) ld.load(p, lst);
+      };
+      advance();
+      cp_async_wait_all();
+      fence_proxy_async();
+      __syncthreads();
+      int gs = 0;
+      for (; tile < p.total_tiles; tile += gridDim.x) {
+#pragma unroll 1
+        for (int st = 0; st < p.nstage; ++st, ++gs) {
+          if (lmore) ld.store(bufs + ((gs + 1) & 1) * kBufWords, ptid);
+          __syncthreads();
+          advance();
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  const uint64_t desc0 = gmma_desc(smem_u32(smem));
+  cp_async_wait_all();
+  fence_proxy_async();  // B arrived by cp.async; the tensor cores read it
+  __syncthreads();
+
+  const int bandpix = p.PS * p.TQ;
+  int cur = 0;  // buffer of the current stage (two, alternating)
+  float acc[NACC];
+#pragma unroll
+  for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+  // A register buffers (dividing the 9 taps of a stage): the gather runs two
+  // k steps ahead of the wgmmas, and one wgmma group stays pending; the
+  // register-staged producer leaves room for no more.
+  constexpr int NB = 3, AH = 2;
+  uint32_t A[NB][4];
+
+  for (; tile < p.total_tiles; tile += gridDim.x) {
+    const TileGeom tg = tile_geom(p, tile);
+    // This lane's super-pixels (rows g, g + 8 of the warp's m16 block).
+    const LanePixels lp = lane_pixels(p, tg, wg * 64 + wq * 16, g, t);
+    const int(&sp)[2] = lp.sp;
+    const int y0 = lp.y0, x0 = lp.x0;
+    const bool active = wg * 64 < p.MT && tg.m0 + wg * 64 < bandpix;
+
+    // A fragment of tap `tap` from window S into buffer u
+    auto fill = [&](const uint32_t* S, int tap, int u) {
+      const int toff = (tap / 3) * p.RSW + tap % 3;
+      A[u][0] = S[sp[0] - toff];
+      A[u][1] = S[sp[1] - toff];
+      A[u][2] = S[sp[0] - toff + 4 * kCHS];
+      A[u][3] = S[sp[1] - toff + 4 * kCHS];
+    };
+#pragma unroll
+    for (int tap = 0; tap < AH; ++tap) fill(bufs + cur * kBufWords, tap, tap);
+
+#pragma unroll 1
+    for (int st = 0; st < p.nstage; ++st) {
+      const int nxt = cur ^ 1;
+      const uint32_t* Scur = bufs + cur * kBufWords;
+      const uint32_t* Snext = bufs + nxt * kBufWords;
+      cur = nxt;
+      const uint64_t dst = desc0 + (uint64_t)(st * kTaps * kGNT8 * 16);
+#pragma unroll
+      for (int tap = 0; tap < kTaps; ++tap) {
+        const int u = tap % NB;
+        gmma_fence();
+        gmma_rs<T, kGNT8>(acc, A[u], dst + (uint64_t)(tap * kGNT8 * 16));
+        gmma_commit();
+        gmma_wait<NB - AH>();
+        if (tap == kTaps - AH) __syncthreads();  // the producer has the next stage in place
+        const int tn = tap + AH, un = (tap + AH) % NB;
+        if (tn < kTaps) fill(Scur, tn, un);
+        else if (st + 1 < p.nstage) fill(Snext, tn - kTaps, un);
+      }
+    }
+
+    gmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) pin(acc[i]);
+    if (active) {
+      T* dx = static_cast<T*>(p.dx) + (size_t)tg.n * kC * p.H * p.W;
+#pragma unroll
+      for (int nt = 0; nt < kGNT8; ++nt) store_dx_n8(p, dx, &acc[4 * nt], nt, t, y0, x0);
+    }
+    // the next tile's first wgmma adds to these
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+  }
+#endif
+}
+
+// Tiling of a problem (bands, tile size, window) into p; false where no tile
+// size fits the window buffer, or the batch leaves most SMs idle.
+bool make_params(const at::Tensor& grad_output, const at::Tensor& weight, int pad, const at::Tensor& grad_input,
+                 int stage_ch, int num_sms, Params& p) {
+  p = Params{};
   p.N = (int)grad_input.size(0);
   p.H = (int)grad_input.size(2);
   p.W = (int)grad_input.size(3);
@@ -465,41 +792,53 @@ bool launch(const at::Tensor& grad_output, const at::Tensor& weight, int pad, co
   const int64_t total = (int64_t)p.N * p.tiles_per_img;
   if (total > INT32_MAX) return false;
   p.total_tiles = (int)total;
-
-  constexpr int SC = stage_channels<MODE>();
-  p.nstage = (p.K + SC - 1) / SC;
-  const int KS = kTaps * p.nstage;
-  const size_t wbytes = (size_t)KS * kNJ * 32 * 16;
-  const size_t smem = wbytes + 2 * (size_t)kBufWords * 4;
-
-  const auto* prop = at::cuda::getCurrentDeviceProperties();
-  const int max_smem = (int)prop->sharedMemPerBlockOptin, num_sms = prop->multiProcessorCount;
-  if (smem > (size_t)max_smem) return false;
+  p.nstage = (p.K + stage_ch - 1) / stage_ch;
   // A small batch leaves most SMs idle while each CTA runs a whole tile (the
   // forward's single-tile latency is ~60 us on an H200); the cuBLAS + fold
   // path measured 39-72 us at batch 1-4 there, under cuDNN's 42-82 us.
   // So the tiles must cover at least half the SMs (batch >= 6 at 224x224).
   if (total * 2 < num_sms) return false;
-
   p.vec2 = (pad % 2 == 0 && p.W % 2 == 0 &&
-            (reinterpret_cast<uintptr_t>(grad_input.data_ptr()) % (2 * sizeof(T))) == 0) ? 1 : 0;
+            (reinterpret_cast<uintptr_t>(grad_input.data_ptr()) % (2 * grad_input.element_size())) == 0) ? 1 : 0;
+  p.dy = grad_output.data_ptr();
+  p.dx = grad_input.data_ptr();
+  return true;
+}
+
+// GMMA: the wgmma kernel (16-bit), for an sm_90 device when the build has
+// sm_90a code; else the mma.sync kernel. Both take the same tiling and
+// small-batch rule and the same bytes of resident B (in their own layouts),
+// and decline (false) where B plus two dy stage buffers do not fit (fp32:
+// K <= 112, 16-bit: K <= 224 on H100/H200).
+template <typename T, int MODE, bool GMMA>
+bool launch(const at::Tensor& grad_output, const at::Tensor& weight, int pad, const at::Tensor& grad_input) {
+  const auto* prop = at::cuda::getCurrentDeviceProperties();
+  const int max_smem = (int)prop->sharedMemPerBlockOptin, num_sms = prop->multiProcessorCount;
+  Params p;
+  if (!make_params(grad_output, weight, pad, grad_input, stage_channels<MODE>(), num_sms, p)) return false;
+  const size_t wbytes = gmma_wbytes(p.nstage);
+  static_assert(kNJ * 32 * 16 == kGNT8 * 256, "both B layouts: the same bytes per k step");
+  const size_t smem = wbytes + 2 * (size_t)kBufWords * 4;  // B + two dy stage buffers
+  if (smem > (size_t)max_smem) return false;
 
   auto stream = c10::cuda::getCurrentCUDAStream();
   auto wbuf = at::empty({(int64_t)wbytes}, grad_output.options().dtype(at::kByte));
-  {
-    const int nthreads = KS * kNJ * 32;
-    dgrad_prep_weights_kernel<T, MODE><<<(nthreads + 255) / 256, 256, 0, stream>>>(
-        static_cast<const T*>(weight.data_ptr()), p.K, p.nstage, static_cast<uint4*>(wbuf.data_ptr()));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  p.dy = grad_output.data_ptr();
-  p.wfrag = static_cast<const uint4*>(wbuf.data_ptr());
-  p.dx = grad_input.data_ptr();
+  const int prep_threads = (int)(wbytes / 16), prep_blocks = (prep_threads + 255) / 256;
+  const T* w = static_cast<const T*>(weight.data_ptr());
+  uint4* wf = static_cast<uint4*>(wbuf.data_ptr());
+  if constexpr (GMMA) dgrad_prep_weights_gmma_kernel<T, MODE><<<prep_blocks, 256, 0, stream>>>(w, p.K, p.nstage, wf);
+  else dgrad_prep_weights_kernel<T, MODE><<<prep_blocks, 256, 0, stream>>>(w, p.K, p.nstage, wf);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  p.wfrag = wf;
 
-  auto kern = conv11s4_dgrad_tc_kernel<T, MODE>;
-  allow_max_dynamic_smem(kern);
-  const int grid = (int)std::min<int64_t>(total, num_sms);
-  kern<<<grid, kThreads, smem, stream>>>(p);
+  const int grid = std::min(p.total_tiles, num_sms);
+  if constexpr (GMMA) {
+    allow_max_dynamic_smem(conv11s4_dgrad_gmma_kernel<T, MODE>);
+    conv11s4_dgrad_gmma_kernel<T, MODE><<<grid, kGThreads, smem, stream>>>(p);
+  } else {
+    allow_max_dynamic_smem(conv11s4_dgrad_tc_kernel<T, MODE>);
+    conv11s4_dgrad_tc_kernel<T, MODE><<<grid, kThreads, smem, stream>>>(p);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }
@@ -529,14 +868,18 @@ bool conv11s4_backward_input_fast(const at::Tensor& grad_output, const at::Tenso
   c10::cuda::CUDAGuard guard(grad_output.device());
   if (at::cuda::getCurrentDeviceProperties()->major < 8) return false;
   const int pad = (int)padding;
+  // wgmma for 16-bit where available; fp32 stays on mma.sync (see the top)
+  const bool gmma = gmma_available(grad_output.get_device());
   switch (dt) {
     case at::kFloat:
-      if (math == Fp32Math::kAccurate) return launch<float, kX3>(grad_output, weight, pad, grad_input);
-      return launch<float, kTF>(grad_output, weight, pad, grad_input);
+      if (math == Fp32Math::kAccurate) return launch<float, kX3, false>(grad_output, weight, pad, grad_input);
+      return launch<float, kTF, false>(grad_output, weight, pad, grad_input);
     case at::kBFloat16:
-      return launch<__nv_bfloat16, kH16>(grad_output, weight, pad, grad_input);
+      if (gmma && launch<__nv_bfloat16, kH16, true>(grad_output, weight, pad, grad_input)) return true;
+      return launch<__nv_bfloat16, kH16, false>(grad_output, weight, pad, grad_input);
     case at::kHalf:
-      return launch<__half, kH16>(grad_output, weight, pad, grad_input);
+      if (gmma && launch<__half, kH16, true>(grad_output, weight, pad, grad_input)) return true;
+      return launch<__half, kH16, false>(grad_output, weight, pad, grad_input);
     default:
       return false;
   }

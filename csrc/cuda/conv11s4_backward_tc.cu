@@ -307,15 +307,6 @@ constexpr int wgrad2_smem_floats() {
   return kAoff2 + 2 * MT * 16 * kLDA2;
 }
 
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src,
-                                          bool ok) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst),
-               "l"(src), "r"(ok ? 4 : 0));
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 // The v2 pipeline, shared by the fp32 and 16-bit kernels. Stages unit u =
 // (img, qc, p) of [u0, u1): issues its copies unless the previous step
@@ -333,9 +324,9 @@ __device__ __forceinline__ bool stage_unit(const Issue& issue, bool loaded, int6
   if (next) {
     issue(img, qc, p + 1, buf ^ 1, rb + 4, 7);
     cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait_group<1>();
   } else {
-    cp_async_wait<0>();
+    cp_async_wait_group<0>();
   }
   return next;
 }
@@ -404,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           sbase + 4u * (kAoff2 + (buf * MH + m) * kLDA2);
       for (int q = tq4; q < kQC2; q += TPR) {
         const bool ok = q < qvalid;
-        cp_async4(dst + 4u * q, ok ? src + q : dy, ok);
+        cp_async4n(dst + 4u * q, ok ? src + q : dy, ok ? 4 : 0);
       }
     }
     const float* xb = x + img * sN;
@@ -422,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int j = l16; j < kJW2; j += 16) {
         const int iw = iw0 + j;
         const bool ok = rowok && iw >= 0 && iw < W;
-        cp_async4(dst + 4u * j, ok ? src + iw * sW : x, ok);
+        cp_async4n(dst + 4u * j, ok ? src + iw * sW : x, ok ? 4 : 0);
       }
     }
   };
@@ -540,11 +531,6 @@ constexpr int wgrad3_smem_halves() {
   return kAoff3 + 2 * MT * 16 * kLDA3;
 }
 
-__device__ __forceinline__ void cp_async4n(uint32_t dst, const void* src,
-                                           int nbytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst),
-               "l"(src), "r"(nbytes));
-}
 
 template <typename T, int MT>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -1105,7 +1091,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
       if (dyw) copy_dy(dy_row(img, qc, p, buf), qvalid);
       stage_rows(img, qc, p, rb, 0, kCin * kKsz);
       cp_async_commit();
-      cp_async_wait<0>();
+      cp_async_wait_group<0>();
       relayout(img, qc, p, buf);
     }
     // (otherwise unit u's rows were re-laid out at the end of unit u-1)
@@ -1181,7 +1167,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
       // the successor's dy rows -> canonical buffer buf ^ 1 (unit u-1's,
       // retired by every warpgroup before this unit's barrier) while this
       // unit's last wgmmas run
-      cp_async_wait<0>();
+      cp_async_wait_group<0>();
       relayout(img, qc, p + 1, buf ^ 1);
     }
     gmma_wait<0>();

@@ -1,8 +1,8 @@
 #pragma once
 // Inline-PTX building blocks shared by the tensor-core kernels (sm_80+):
-// cp.async copies into shared memory, TF32 rounding, the mma.sync shapes
-// they use, and float <-> storage conversions. wgmma lives in wgmma.cuh;
-// kernel-specific variants (predicated copies) stay in their kernels' files.
+// cp.async copies into shared memory (plain, 4-byte zero-filling, group
+// waits), TF32 rounding, the mma.sync shapes they use, and float <-> storage
+// conversions. wgmma lives in wgmma.cuh.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -23,6 +23,15 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// 4 bytes to shared address dst: the first nbytes (0, 2 or 4) from src, the
+// rest zero-filled. src must be a valid address even when nbytes is 0.
+__device__ __forceinline__ void cp_async4n(uint32_t dst, const void* src, int nbytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
+}
+// Waits until at most N of this thread's committed cp.async groups are pending.
+template <int N> __device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 // Round to nearest (ties away) to TF32, the bits the tensor core reads.
 __device__ __forceinline__ uint32_t to_tf32(float f) {
