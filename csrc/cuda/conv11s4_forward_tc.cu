@@ -47,7 +47,10 @@
 // run a wgmma version of the same kernel instead (see "Hopper path" below):
 // the same patch and gather, B read by the tensor cores from the resident
 // weights (stored in wgmma's canonical layout), warpgroups of 64 pixels
-// (16-bit: two CTAs of two per SM; fp32: one CTA of four). So does kAccurate with 65-96 channels and enough tiles to fill the GPU, as
+// (16-bit: one CTA of four plus a warpgroup that stores the outputs, staged
+// in shared memory, where K <= 96, else two CTAs of two per SM; fp32: one
+// CTA of four). So does kAccurate with 65-96 channels and enough tiles to
+// fill the GPU, as
 // two groups of 48 channels (big and small parts of B take twice the bytes;
 // see dispatch_fp32). kBf16x3 keeps the mma.sync kernel everywhere. That
 // kernel is compiled for every target; the wgmma code exists only in the
@@ -111,6 +114,9 @@ struct Params {
   // element strides of (channel, row, column) inside the patch: the patch
   // keeps the input's own layout, only the gather tables differ
   int cstr, rstr, sstr;
+  // staged 16-bit wgmma epilogue: byte offset of the staging rows in shared
+  // memory and their stride in elements
+  int stage, ls;
 };
 
 template <int MODE> __host__ __device__ constexpr int ksteps() {
@@ -554,6 +560,98 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
 }
 
 // ---------------------------------------------------------------------------
+// Staged 16-bit epilogue of the Hopper path (see "Hopper path" below for why).
+// The MMA warps write the tile's outputs (bias added, rounded) to shared
+// memory as [channel][pixel] rows with stmatrix .trans: one instruction
+// stores four 8 x 8 blocks, each 16-byte row 8 consecutive pixels of one
+// channel. Store warps then read each channel's run of the tile back with
+// 16-byte loads and write it with 16-byte stores at 16-byte aligned global
+// addresses. The channel planes have odd length (PQ = 3025 at the
+// headline), so a run starts a = e mod 8 elements past a 16-byte boundary,
+// different in every plane: lane i writes the aligned chunk i, the run's
+// elements [8i - a, 8i - a + 8), funnelled from its own and the previous
+// lane's 16 bytes. The partial chunks at both ends (the run's first 8 - a
+// and last a elements, a 2-byte store each, by lane 0 of the run and, in a
+// tile cut short by the image's end, the lanes past it) are predicated
+// stores in the same pass, so the code has no divergent branches.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t saddr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                  uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(saddr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+__device__ __forceinline__ uint4 lds128(const void* p) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(smem_u32(p)));
+  return v;
+}
+// Writes staged rows st[c * ls + i] (channel c < nch, pixel i < len <= MT)
+// to y0[c * PQ + i], where y0 = the output at channel 0, pixel 0 of the tile
+// and e0 = its element index from a 16-byte aligned base (mod 2^32). A
+// channel's run takes lpc = 2^lpc_log2 = MT / 8 lanes; worker / nworkers:
+// this warp among the store warps. U passes at a time, branch-free, so their
+// latencies overlap.
+template <int U>
+__device__ __forceinline__ void store_staged_rows(const uint16_t* st, int ls, int lpc_log2, int nch, int len,
+                                                  uint16_t* y0, uint32_t e0, int PQ, int worker, int nworkers,
+                                                  int lane) {
+  const int lpc = 1 << lpc_log2;
+  const int sl = lane & (lpc - 1);
+  const int cpw = 32 >> lpc_log2;  // channels per warp pass
+  const int src = (lane & ~(lpc - 1)) | ((sl + lpc - 1) & (lpc - 1));
+  const int step = nworkers * cpw;
+  for (int c0 = worker * cpw; c0 < nch; c0 += U * step) {
+    uint4 cur[U];
+#pragma unroll
+    for (int q = 0; q < U; ++q)
+      cur[q] = lds128(st + (size_t)min(c0 + q * step + (lane >> lpc_log2), nch - 1) * ls + 8 * sl);
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      const int c = c0 + q * step + (lane >> lpc_log2);
+      // w = the previous lane's chunk (lane 0 of a run: the run's last chunk), then this lane's
+      uint32_t w[8];
+      w[0] = __shfl_sync(0xffffffffu, cur[q].x, src);
+      w[1] = __shfl_sync(0xffffffffu, cur[q].y, src);
+      w[2] = __shfl_sync(0xffffffffu, cur[q].z, src);
+      w[3] = __shfl_sync(0xffffffffu, cur[q].w, src);
+      w[4] = cur[q].x; w[5] = cur[q].y; w[6] = cur[q].z; w[7] = cur[q].w;
+      const int a = (int)((e0 + (uint32_t)c * (uint32_t)PQ) & 7u);
+      // window element k = w element 8 - a + k: a word shift b by halving
+      // steps, u[j] = w[b + j] (w[8] = 0, read only when a = 0, where the
+      // funnel keeps u[j]), then a half-word funnel
+      const int b = (8 - a) >> 1, odd = (8 - a) & 1;
+      uint32_t x[8], y[6], u[5];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[j] = (b & 4) ? (j + 4 < 8 ? w[j + 4] : 0u) : w[j];
+#pragma unroll
+      for (int j = 0; j < 6; ++j) y[j] = (b & 2) ? x[j + 2] : x[j];
+#pragma unroll
+      for (int j = 0; j < 5; ++j) u[j] = (b & 1) ? y[j + 1] : y[j];
+      uint32_t out[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) out[j] = __funnelshift_r(u[j], u[j + 1], 16 * odd);
+      uint16_t* dst = y0 + (size_t)c * PQ - a + 8 * sl;  // 16-byte aligned chunk sl
+      // window element k is pixel 8 sl - a + k of the run; lane 0's first a
+      // elements are the run's last: pixel 8 lpc - a + k (chunk lpc)
+      const bool live = c < nch;
+      const bool full = live && a <= 8 * sl && 8 * sl - a + 8 <= len;
+      if (full) *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const bool wrap = sl == 0 && k < a;
+        const int pix = (wrap ? 8 * lpc : 8 * sl) - a + k;
+        const uint16_t v = (uint16_t)(out[k >> 1] >> (16 * (k & 1)));
+        if (live && !full && pix >= 0 && pix < len) dst[wrap ? 8 * lpc + k : k] = v;
+      }
+    }
+  }
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// ---------------------------------------------------------------------------
 // Hopper path (sm_90a): the same tiles, patch and A gather, but the MMAs are
 // wgmma with A from registers and B read by the tensor cores straight from
 // the resident weights through a shared-memory descriptor. That takes the B
@@ -566,6 +664,22 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
 // m16n8k8, D: m16n8). Four warps per scheduler (the mma.sync kernel has two)
 // hide the gather and epilogue latencies; each warp gathers only its own 16
 // rows, so the A traffic is the same as with two warpgroups of 128 pixels.
+//
+// 16-bit outputs (STAGED): stored straight from the accumulators, each warp
+// store covers 8 pixels of 4 channel planes in 2-byte elements, and that
+// epilogue sits on the MMA warps' critical path: without the stores the
+// two-CTA kernel ran 0.16 instead of 0.25 ms (H200, bf16, batch 256).
+// Staging the tile in shared memory and writing aligned 16-byte chunks from
+// the same warps (a CTA barrier between) was slower, 0.262 vs 0.252 ms: the
+// read-back and realignment add latency, and L2 traffic was not the limit.
+// So a fifth warpgroup of store warps reads the rows back and writes them
+// (store_staged_rows) while the four MMA warpgroups go on with the next
+// tile; the MMA warps only add the bias, round, stmatrix the rows and arrive
+// on a barrier: 0.228 ms. One CTA per SM (the rows take 50 KB beside two
+// patch buffers) of 640 threads, so registers are capped at 96; taken for
+// K <= 96 (K = 128 spills) and a 16-byte aligned output. Named barriers:
+// 1 rows staged (MMA warps arrive, store warps wait), 2 rows free (the
+// reverse), 3 the MMA warps' own per-tile barrier.
 
 // B in the canonical K-major, no-swizzle layout: per k step (16 halves or 8
 // tf32 = 32 bytes of k) NT8 blocks of 8 channels, each two 8 x 16-byte core
@@ -613,12 +727,17 @@ __global__ void gmma_marker_kernel() {
 }
 
 
-template <typename T, int MODE, int NT8, int NBUF, int CPS>
-__global__ void __launch_bounds__(kGThreads / CPS, CPS) conv11s4_fwd_gmma_kernel(const Params p) {
+constexpr int kStoreThreads = 128;  // store warps of the STAGED epilogue
+template <typename T, int MODE, int NT8, int NBUF, int CPS, bool STAGED = false>
+__global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0), CPS)
+    conv11s4_fwd_gmma_kernel(const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(MODE != kB3, "bf16x3 has no wgmma form");
   using TA = std::conditional_t<MODE == kTF || MODE == kX3, float, T>;
-  constexpr int NTHR = kGThreads / CPS, NWARPS = NTHR / 32;
+  static_assert(!STAGED || (sizeof(T) == 2 && NBUF == 2 && CPS == 1), "staged: 16-bit, one CTA of two patch buffers");
+  constexpr int NTHR = kGThreads / CPS, NWARPS = NTHR / 32;  // the MMA warps
+  constexpr int NALL = NTHR + (STAGED ? kStoreThreads : 0);
+  constexpr int SW = (NALL - NTHR) / 32;  // store warps
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int KS = ksteps<MODE>();
   constexpr int WB = wfrag_bytes<MODE, NT8, true>();
@@ -636,7 +755,30 @@ __global__ void __launch_bounds__(kGThreads / CPS, CPS) conv11s4_fwd_gmma_kernel
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int wg = warp >> 2, wq = warp & 3;
-  init_smem<T, MODE, NT8, NBUF, NTHR, UB, true>(p, smem);
+  init_smem<T, MODE, NT8, NBUF, NALL, UB, true>(p, smem);
+  const int kg0 = blockIdx.y * NT8 * 8;  // this CTA's channel group: kg0 + [0, NT8 * 8)
+  const int nch = min(NT8 * 8, p.K - kg0);
+  if constexpr (STAGED) {
+    // the store warps took part in the weight copy: it lands before they leave
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();
+    if (warp >= NWARPS) {
+      const uint16_t* st = reinterpret_cast<const uint16_t*>(smem + p.stage);
+      uint16_t* yb = static_cast<uint16_t*>(p.y);
+      const int lpc_log2 = 31 - __clz(p.MT >> 3);
+      if ((int)blockIdx.x < p.total_tiles) asm volatile("bar.arrive 2, %0;\n" ::"n"(NALL) : "memory");
+      for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x) {
+        const TileGeom tg = tile_geom(p, tile);
+        asm volatile("bar.sync 1, %0;\n" ::"n"(NALL) : "memory");  // this tile's rows are staged
+        const size_t e0 = ((size_t)tg.n * p.K + kg0) * p.PQ + tg.m0;
+        store_staged_rows<4>(st, p.ls, lpc_log2, nch, tg.mend - tg.m0, yb + e0, (uint32_t)e0, p.PQ, warp - NWARPS,
+                             SW, lane);
+        if (tile + (int)gridDim.x < p.total_tiles) asm volatile("bar.arrive 2, %0;\n" ::"n"(NALL) : "memory");
+      }
+      return;
+    }
+  }
   const uint64_t desc0 = gmma_desc(smem_u32(smem));
   // 3xTF32: the small parts of B, one block of KS * NT8 * 256 bytes on
   constexpr uint64_t kSmallB = (uint64_t)(KS * NT8 * 256) >> 4;
@@ -649,7 +791,8 @@ __global__ void __launch_bounds__(kGThreads / CPS, CPS) conv11s4_fwd_gmma_kernel
   for (; tile < p.total_tiles; tile += gridDim.x) {
     cp_async_wait_all();
     fence_proxy_async();  // the weights arrived by cp.async; wgmma reads them
-    __syncthreads();
+    if constexpr (STAGED) asm volatile("bar.sync 3, %0;\n" ::"n"(NTHR) : "memory");
+    else __syncthreads();
     const TileGeom tg = tile_geom(p, tile);
     const int next = tile + gridDim.x;
     if constexpr (NBUF == 2) {
@@ -733,6 +876,33 @@ __global__ void __launch_bounds__(kGThreads / CPS, CPS) conv11s4_fwd_gmma_kernel
       for (int i = 0; i < NACC; ++i) pin(acc[i]);
     }
 
+    if constexpr (STAGED) {
+      asm volatile("bar.sync 2, %0;\n" ::"n"(NALL) : "memory");  // the store warps are done with the rows
+      const int px = wg * 64 + wq * 16;  // tile pixel of this warp's fragment row 0
+      // (rows hold MT pixels: a tile of MT = 32 leaves warps 2, 3 out)
+      if (active && px < p.MT) {
+        uint16_t* st = reinterpret_cast<uint16_t*>(smem + p.stage);
+        const int mi = lane >> 3, r = lane & 7;
+        // this lane's row address: block mi of an x4 = (n8 tile 2jq + mi / 2, rows 8 (mi & 1) + 0..7)
+        const uint32_t sa = smem_u32(st + (size_t)(8 * (mi >> 1) + r) * p.ls + px + 8 * (mi & 1));
+#pragma unroll
+        for (int jq = 0; jq < NT8 / 2; ++jq) {
+          uint32_t rr[4];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int j = 2 * jq + h;
+            const float2 bv = *reinterpret_cast<const float2*>(sbias + j * 8 + 2 * t);
+            rr[2 * h] = pack2(from_f<T>(acc[j * 4] + bv.x), from_f<T>(acc[j * 4 + 1] + bv.y));
+            rr[2 * h + 1] = pack2(from_f<T>(acc[j * 4 + 2] + bv.x), from_f<T>(acc[j * 4 + 3] + bv.y));
+          }
+          stmatrix_x4_trans(sa + jq * 16 * p.ls * 2, rr[0], rr[1], rr[2], rr[3]);
+        }
+      }
+      asm volatile("bar.arrive 1, %0;\n" ::"n"(NALL) : "memory");  // rows staged
+      buf ^= 1;
+      continue;  // the next tile's bar.sync 2 orders the store warps' reads before new rows
+    }
+
     if constexpr (NBUF == 1) {
       __syncthreads();  // every warp is done reading the patch
       if (next < p.total_tiles) load_patch<T, NWARPS>(p, tile_geom(p, next), patch0, warp, lane);
@@ -744,8 +914,7 @@ __global__ void __launch_bounds__(kGThreads / CPS, CPS) conv11s4_fwd_gmma_kernel
     if (active) {
       const bool ok0 = mrow < tg.mend, ok1 = mrow + 8 < tg.mend;
       const size_t jstep = (size_t)8 * p.PQ;  // n8 block -> next one
-      // this CTA's channel group: channels kg0 + [0, NT8 * 8), kg0 + kend at most
-      const int kg0 = blockIdx.y * NT8 * 8, kend = p.K - kg0;
+      const int kend = p.K - kg0;  // channels kg0 + kend at most
       T* y0 = static_cast<T*>(p.y) + ((size_t)tg.n * p.K + kg0 + 2 * t) * p.PQ + mrow;
       T* y1 = y0 + p.PQ;
       // predicate-free stores unless the tile or the channel count is ragged
@@ -775,7 +944,7 @@ __global__ void __launch_bounds__(kGThreads / CPS, CPS) conv11s4_fwd_gmma_kernel
 
 // NT8 * 8 channels per CTA; more channels than that are split into groups,
 // each with its own CTAs (grid y) and resident weights.
-template <typename T, int MODE, int NT8, int NBUF, bool GMMA, int CPS = 1>
+template <typename T, int MODE, int NT8, int NBUF, bool GMMA, int CPS = 1, bool STAGED = false>
 bool launch(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
             int pad, bool nhwc, const at::Tensor& output) {
   const int N = input.size(0), H = input.size(2), W = input.size(3), K = weight.size(0);
@@ -808,9 +977,15 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
     const int rows = std::min(P, (Q - 1 + mt - 1) / Q + 1);
     const int ph = 4 * (rows - 1) + kR;
     const int cs = ph * p.PW;
-    const size_t need = fixed + (size_t)NBUF * kC * cs * sizeof(T);
+    const size_t patch_bytes = (size_t)NBUF * kC * cs * sizeof(T);
+    // staged rows of MT pixels, + 8: a stride of an odd number of 16-byte
+    // units keeps stmatrix and the 16-byte read-back free of bank conflicts
+    const int ls = mt + 8;
+    const size_t need = fixed + patch_bytes + (STAGED ? (size_t)NT8 * 8 * ls * sizeof(T) : 0);
     if (need <= (size_t)max_smem) {
       MT = mt; smem = need; p.CS = cs;
+      p.ls = ls;
+      p.stage = (int)(fixed + patch_bytes);
       p.cstr = nhwc ? 1 : cs;
       p.rstr = nhwc ? kC * p.PW : p.PW;
       p.sstr = nhwc ? kC : 1;
@@ -843,12 +1018,12 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
   p.y = output.data_ptr();
 
   auto kern = [] {
-    if constexpr (GMMA) return conv11s4_fwd_gmma_kernel<T, MODE, NT8, NBUF, CPS>;
+    if constexpr (GMMA) return conv11s4_fwd_gmma_kernel<T, MODE, NT8, NBUF, CPS, STAGED>;
     else return conv11s4_fwd_tc_kernel<T, MODE, NT8, NBUF>;
   }();
   allow_max_dynamic_smem(kern);
   const dim3 grid((unsigned)std::min<int64_t>(total, std::max(1, num_sms * CPS / groups)), groups);
-  kern<<<grid, GMMA ? kGThreads / CPS : kThreads, smem, stream>>>(p);
+  kern<<<grid, GMMA ? kGThreads / CPS + (STAGED ? kStoreThreads : 0) : kThreads, smem, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }
@@ -909,15 +1084,33 @@ bool dispatch_fp32(bool gmma, const at::Tensor& input, const at::Tensor& weight,
   return launch<float, MODE, 6, 1, false>(input, weight, bias, pad, nhwc, output);
 }
 
-// 16-bit types on wgmma run two CTAs of two warpgroups per SM, one patch
-// buffer each, instead of one CTA of four with two: one CTA's epilogue then
-// overlaps the other's MMAs. Measured on an H200 at batch 256, K = 96: bf16
-// 0.274 -> 0.262 ms NCHW, 0.292 -> 0.271 channels_last; K = 64 0.226 ->
-// 0.212. A patch too wide for half an SM's shared memory takes mma.sync.
+// 16-bit types on wgmma with K <= 96, a 16-byte aligned output and two or
+// more 256-pixel tiles per SM run one CTA of four MMA warpgroups and a store
+// warpgroup per SM (the STAGED epilogue; see "Hopper path"): H200, batch
+// 256, K = 96: bf16 0.252 -> 0.228 ms NCHW, 0.266 -> 0.258 channels_last,
+// fp16 0.258 -> 0.234; K = 64 0.208 -> 0.186. Otherwise two CTAs of two
+// warpgroups per SM, one patch buffer each, instead of one CTA of four with
+// two: one CTA's epilogue then overlaps the other's MMAs. Measured on an
+// H200 at batch 256, K = 96: bf16 0.274 -> 0.262 ms NCHW, 0.292 -> 0.271
+// channels_last; K = 64 0.226 -> 0.212. A patch too wide for half an SM's
+// shared memory takes mma.sync.
 template <typename T, int MODE, int NBUF>
 bool dispatch(bool gmma, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
               int pad, bool nhwc, const at::Tensor& output) {
   constexpr bool kTwo = MODE == kHalf || MODE == kHalfP;
+  if constexpr (kTwo) {
+    // Staged only where every SM gets two or more 256-pixel tiles: with
+    // fewer, two CTAs of 128-pixel tiles spread a small batch over more SMs
+    // (small batches were not timed with the staged kernel).
+    const int64_t K = weight.size(0), H = input.size(2), W = input.size(3);
+    const int64_t PQ = ((H + 2 * pad - kR) / 4 + 1) * ((W + 2 * pad - kR) / 4 + 1);
+    const int64_t tiles = input.size(0) * ((PQ + 255) / 256);
+    const int num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    if (gmma && K <= 96 && tiles >= 2 * num_sms && reinterpret_cast<uintptr_t>(output.data_ptr()) % 16 == 0) {
+      if (K <= 64 && launch<T, MODE, 8, 2, true, 1, true>(input, weight, bias, pad, nhwc, output)) return true;
+      if (K > 64 && launch<T, MODE, 12, 2, true, 1, true>(input, weight, bias, pad, nhwc, output)) return true;
+    }
+  }
   if (gmma && dispatch_k<T, MODE, kTwo ? 1 : NBUF, true, kTwo ? 2 : 1>(input, weight, bias, pad, nhwc, output))
     return true;
   return dispatch_k<T, MODE, NBUF, false>(input, weight, bias, pad, nhwc, output);
