@@ -72,6 +72,29 @@ def test_forward_accuracy(shape, dtype, mode, bound, channels_last):
         torch.testing.assert_close(out.double().cpu(), ref, atol=1e-4, rtol=1e-4)
 
 
+# From two 256-pixel tiles per SM on (batch >= 22 at 224x224 on a 132-SM
+# H100/H200), the 16-bit Hopper forward hands its outputs to store warps that
+# write each channel's run in aligned 16-byte chunks: odd plane lengths (each
+# run starts mid-chunk, differently per channel), ragged last tiles, no bias.
+MANY_TILE_SHAPES = [
+    (96, 96, 97, 131, 1),  # 23 x 31 outputs: 3 tiles per image, the last ragged
+    (40, 64, 225, 223, 0),  # 54 x 54 outputs: 12 tiles per image
+]
+
+
+@pytest.mark.parametrize("shape", MANY_TILE_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+def test_forward_accuracy_many_tiles(shape, dtype, bias):
+    n, k, h, w, p = shape
+    x, wt, b = make_inputs(n, 3, k, h, w, dtype=dtype, device="cuda", bias=bias)
+    ref = reference(x, wt, b, p)
+    _poison_allocator(ref.numel(), dtype)
+    out = alexop.conv11s4(x, wt, b, p)
+    assert torch.isfinite(out).all(), "some output element was not written"
+    assert rel_l2(out, ref) <= REL_L2[dtype]
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize(
     "dtype,mode,bound",
