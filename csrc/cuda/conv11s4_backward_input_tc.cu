@@ -269,14 +269,15 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_dgrad_tc_kernel(const Pa
   cp_async_wait_all();
   __syncthreads();
 
+  const int bandpix = p.PS * p.TQ;
   int it = 0;
   while (true) {
-    // (Written out here and in the epilogue: the wgmma kernel's lane_pixels
-    // and store_dx_n8 cost this kernel 9% in 3xTF32, 1.59 vs 1.46 ms at the
-    // headline on an H200, ptxas 252 vs 223 registers.)
-    const int bandpix = p.PS * p.TQ;
-    int sp[2][2];
-    int y0[2], x0[2];
+    // This lane's super-pixels: m16 tile a, row g + 8h. (Written out here and
+    // in the epilogue: the wgmma kernel's lane_pixels and store_dx_n8 cost
+    // this kernel 9% in 3xTF32, 1.59 vs 1.46 ms at the headline on an H200,
+    // ptxas 252 vs 223 registers.)
+    int sp[2][2];      // smem word offset t*kCHS + window offset of the pixel
+    int y0[2], x0[2];  // epilogue pixel (h = t & 1): 4*P0 - pad, 4*Q0 - pad; y0 huge if invalid
 #pragma unroll
     for (int a = 0; a < 2; ++a)
 #pragma unroll
@@ -398,6 +399,8 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_dgrad_tc_kernel(const Pa
       ++it;
     }
 
+    // Epilogue: lane (g, t) gets the 4 columns b = 0..3 of pixel row g + 8*(t&1),
+    // a = 2*(nt&1) + (t>>1), channel c = nt>>1, from its own pair and lane t^1's.
     {
       T* dx = static_cast<T*>(p.dx) + (size_t)tg.n * kC * p.H * p.W;
       const bool odd = t & 1;
@@ -420,6 +423,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_dgrad_tc_kernel(const Pa
           T* row = dx + ((size_t)ch * p.H + y) * p.W;
           const int x = x0[a];
           if (p.vec2) {
+            // x even, W even: each pair is wholly inside or outside [0, W)
 #pragma unroll
             for (int bp = 0; bp < 2; ++bp) {
               const int xx = x + 2 * bp;
@@ -466,7 +470,7 @@ constexpr int kGNT8 = 6;            // 48 columns
 __host__ __device__ constexpr size_t gmma_wbytes(int nstage) { return (size_t)kTaps * nstage * kGNT8 * 256; }
 
 // B in the canonical K-major, no-swizzle layout: per k step ks = stage * 9 +
-// tap (32 bytes of k: 8 tf32 or 16 halves = the stage's channels) 6 blocks
+// tap (32 bytes of k: 16 halves = the stage's channels) 6 blocks
 // of 8 columns, each two 8 x 16-byte core matrices (k halves kc = 0, 1);
 // descriptor LBO 128, SBO 256 (gmma_desc). Zeros where r or s > 10 or the
 // channel is >= K.
@@ -507,12 +511,14 @@ __global__ void dgrad_prep_weights_gmma_kernel(const T* __restrict__ w, int K, i
 // pair words first and copying those by cp.async measured slower: 0.404 vs
 // 0.348 ms at the headline in the development harness, the extra pass
 // included.)
+// (The loads keep their own loop, not load_stage: __ldg and the image base
+// held per tile are what the harness measured.)
 template <typename T>
 struct GLoader16 {
-  static constexpr int kLPT = kWPPMax / kGProdThreads;
+  static constexpr int kLPT = loads_per_thread<kGProdThreads>();
   int off[kLPT];  // cell offset in a channel plane; -1 zero cell, -2 no cell
   const T* img;   // dy of the cursor's image
-  uint32_t w[kLPT][kPlanes];
+  StageRegs<kGProdThreads> r;
 
   __device__ __forceinline__ void set_tile(const Params& p, const TileGeom& tg, int ptid) {
     loader_offsets<kGProdThreads>(p, tg, ptid, off);
@@ -530,18 +536,12 @@ struct GLoader16 {
       for (int pl = 0; pl < kPlanes; ++pl) {
         const uint32_t lo = (ok && 2 * pl < nch) ? __ldg(q16 + (size_t)(2 * pl) * p.PQ) : 0u;
         const uint32_t hi = (ok && 2 * pl + 1 < nch) ? __ldg(q16 + (size_t)(2 * pl + 1) * p.PQ) : 0u;
-        w[u][pl] = lo | (hi << 16);
+        r.w[u][pl] = lo | (hi << 16);
       }
     }
   }
   __device__ __forceinline__ void store(uint32_t* buf, int ptid) const {
-#pragma unroll
-    for (int u = 0; u < kLPT; ++u) {
-      if (off[u] == -2) continue;
-      const int e = ptid + u * kGProdThreads;
-#pragma unroll
-      for (int pl = 0; pl < kPlanes; ++pl) buf[pl * kCHS + e] = w[u][pl];
-    }
+    store_stage<kGProdThreads>(r, buf, ptid, off);
   }
 };
 
@@ -658,7 +658,7 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_dgrad_gmma_kernel(const
       ld.set_tile(p, tile_geom(p, tile), ptid);
       ld.load(p, 0);
       ld.store(bufs, ptid);
-      bool lmore = true;  // the cursor's stage exists (and is in ld.w)
+      bool lmore = true;  // the cursor's stage exists (and is in ld.r)
       auto advance = [&]() {
         if (++lst == p.nstage) {
           lst = 0;

@@ -307,7 +307,6 @@ constexpr int wgrad2_smem_floats() {
   return kAoff2 + 2 * MT * 16 * kLDA2;
 }
 
-
 // The v2 pipeline, shared by the fp32 and 16-bit kernels. Stages unit u =
 // (img, qc, p) of [u0, u1): issues its copies unless the previous step
 // prefetched them, prefetches the steady successor (same image and q-chunk,
@@ -343,9 +342,6 @@ __device__ __forceinline__ void next_unit(int& p, int& qc, int64_t& img, int P, 
   }
 }
 
-// Patch offset of im2col column n = (c, r, s) for a ring of rows starting at
-// slot rb (channel stride cs, row stride rs, columns shifted by `shift`);
-// the bias column and the padding columns read the ones at `ones`.
 // Im2col column n = (c, r, s) in the ring: its offset less the ring slot
 // (base) and its window row r (-1 for the ones column, which has no slot).
 struct WindowColumn {
@@ -357,6 +353,9 @@ __device__ __forceinline__ WindowColumn window_column(int n, int cs, int shift, 
   const int r = rem / 11, s = rem - r * 11;
   return {c * cs + s + shift, r};
 }
+// Patch offset of im2col column n = (c, r, s) for a ring of rows starting at
+// slot rb (channel stride cs, row stride rs, columns shifted by `shift`);
+// the bias column and the padding columns read the ones at `ones`.
 __device__ __forceinline__ int ring_column(int n, int rb, int cs, int rs, int shift, int ones) {
   const WindowColumn w = window_column(n, cs, shift, ones);
   return w.r < 0 ? w.base : w.base + ((rb + w.r) & (kRing - 1)) * rs;
@@ -530,7 +529,6 @@ template <int MT>
 constexpr int wgrad3_smem_halves() {
   return kAoff3 + 2 * MT * 16 * kLDA3;
 }
-
 
 template <typename T, int MT>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -1210,19 +1208,23 @@ void launch_wgrad_gmma(const at::Tensor& go, const at::Tensor& in, int64_t paddi
   reduce_partials<T>(sk, gw, gb, stream);
 }
 
-// NCHW input only: a channels_last input copied to NCHW first ran no faster
-// than the v1 kernel (H200, batch 256, bf16: ~0.36 ms either way, each the
-// difference of two benchmark steps, from two runs on different cards).
-template <typename T>
-bool try_h16_gmma(const at::Tensor& go, const at::Tensor& in, int64_t padding, const at::Tensor& gw,
-                  const std::optional<at::Tensor>& gb) {
-  if (!(in.is_contiguous() && in.size(3) % 2 == 0 && reinterpret_cast<uintptr_t>(in.data_ptr()) % 4 == 0 &&
-        reinterpret_cast<uintptr_t>(go.data_ptr()) % 16 == 0))
-    return false;
+// The wgmma kernel where its copies apply: dy 16-byte aligned (staged by
+// 16-byte copies); 16-bit inputs NCHW with W even and 4-byte aligned (a
+// channels_last input copied to NCHW first ran no faster than the v1 kernel:
+// H200, batch 256, bf16, ~0.36 ms either way, each the difference of two
+// benchmark steps, from two runs on different cards). MODE as the kernel's.
+template <typename T, int MODE>
+bool try_wgrad_gmma(const at::Tensor& go, const at::Tensor& in, int64_t padding, const at::Tensor& gw,
+                    const std::optional<at::Tensor>& gb) {
+  if (reinterpret_cast<uintptr_t>(go.data_ptr()) % 16 != 0) return false;
+  if constexpr (!std::is_same_v<T, float>) {
+    if (!(in.is_contiguous() && in.size(3) % 2 == 0 && reinterpret_cast<uintptr_t>(in.data_ptr()) % 4 == 0))
+      return false;
+  }
   if (go.size(1) == 96) {
-    launch_wgrad_gmma<T, 2, 12>(go, in, padding, gw, gb);
+    launch_wgrad_gmma<T, MODE, 12>(go, in, padding, gw, gb);
   } else {
-    launch_wgrad_gmma<T, 2, 8>(go, in, padding, gw, gb);
+    launch_wgrad_gmma<T, MODE, 8>(go, in, padding, gw, gb);
   }
   return true;
 }
@@ -1253,38 +1255,29 @@ bool conv11s4_backward_weight_fast(const at::Tensor& grad_output,
   if (P != (H + 2 * padding - kKsz) / 4 + 1 ||
       Q != (W + 2 * padding - kKsz) / 4 + 1)
     return false;
+  // Offsets inside one image and one dy plane stay in 32 bits; the image
+  // and channel bases are 64-bit.
   if (input.stride(0) > INT32_MAX || H * W * kCin > INT32_MAX ||
       padding > 1 << 20 || P * Q > INT32_MAX)
     return false;
   if (at::cuda::getCurrentDeviceProperties()->major < 8) return false;
   const c10::cuda::CUDAGuard guard(input.device());
   const bool gmma = gmma_available(input.get_device());
-  const bool dy16 = reinterpret_cast<uintptr_t>(grad_output.data_ptr()) % 16 == 0;  // dy staged by 16-byte copies
 
   if (dt == at::kFloat) {
     if (math == Fp32Math::kAccurate) {
-      if (gmma && dy16) {
-        if (K == 96) launch_wgrad_gmma<float, 0, 12>(grad_output, input, padding, grad_weight, grad_bias);
-        else launch_wgrad_gmma<float, 0, 8>(grad_output, input, padding, grad_weight, grad_bias);
-      } else {
+      if (!(gmma && try_wgrad_gmma<float, 0>(grad_output, input, padding, grad_weight, grad_bias)))
         dispatch_k<float, 0>(grad_output, input, padding, grad_weight, grad_bias);
-      }
     } else {
-      if (gmma && dy16) {
-        if (K == 96) launch_wgrad_gmma<float, 1, 12>(grad_output, input, padding, grad_weight, grad_bias);
-        else launch_wgrad_gmma<float, 1, 8>(grad_output, input, padding, grad_weight, grad_bias);
-      } else {
+      if (!(gmma && try_wgrad_gmma<float, 1>(grad_output, input, padding, grad_weight, grad_bias)))
         dispatch_k<float, 1>(grad_output, input, padding, grad_weight, grad_bias);
-      }
     }
   } else if (dt == at::kBFloat16) {
-    if (gmma && try_h16_gmma<at::BFloat16>(grad_output, input, padding, grad_weight, grad_bias)) return true;
-    dispatch_k<at::BFloat16, 2>(grad_output, input, padding, grad_weight,
-                                grad_bias);
+    if (!(gmma && try_wgrad_gmma<at::BFloat16, 2>(grad_output, input, padding, grad_weight, grad_bias)))
+      dispatch_k<at::BFloat16, 2>(grad_output, input, padding, grad_weight, grad_bias);
   } else {
-    if (gmma && try_h16_gmma<at::Half>(grad_output, input, padding, grad_weight, grad_bias)) return true;
-    dispatch_k<at::Half, 2>(grad_output, input, padding, grad_weight,
-                            grad_bias);
+    if (!(gmma && try_wgrad_gmma<at::Half, 2>(grad_output, input, padding, grad_weight, grad_bias)))
+      dispatch_k<at::Half, 2>(grad_output, input, padding, grad_weight, grad_bias);
   }
   return true;
 }

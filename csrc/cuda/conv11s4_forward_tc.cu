@@ -50,9 +50,8 @@
 // (16-bit: one CTA of four plus a warpgroup that stores the outputs, staged
 // in shared memory, where K <= 96, else two CTAs of two per SM; fp32: one
 // CTA of four). So does kAccurate with 65-96 channels and enough tiles to
-// fill the GPU, as
-// two groups of 48 channels (big and small parts of B take twice the bytes;
-// see dispatch_fp32). kBf16x3 keeps the mma.sync kernel everywhere. That
+// fill the GPU, as two groups of 48 channels (big and small parts of B take
+// twice the bytes; see dispatch_fp32). kBf16x3 keeps the mma.sync kernel everywhere. That
 // kernel is compiled for every target; the wgmma code exists only in the
 // sm_90a pass.
 
@@ -1055,11 +1054,11 @@ bool dispatch_k(const at::Tensor& input, const at::Tensor& weight, const std::op
 // gather, so the split is taken only where it shortens the busiest SM's
 // queue. Also the route for fp32 K > 96, whose weights do not fit beside a
 // patch in one CTA.
+// tiles: the batch's 256-pixel tiles (see conv11s4_forward_fast).
 template <int MODE>
 bool dispatch_fp32(bool gmma, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                   int pad, bool nhwc, const at::Tensor& output, int64_t PQ, int num_sms) {
+                   int pad, bool nhwc, const at::Tensor& output, int64_t tiles, int num_sms) {
   const int64_t K = weight.size(0);
-  const int64_t tiles = input.size(0) * ((PQ + 255) / 256);
   if constexpr (MODE == kX3) {
     if (gmma && K > 64 && K <= 96 && tiles * 4 >= num_sms)
       return launch<float, kX3, 6, 1, true, 1>(input, weight, bias, pad, nhwc, output);
@@ -1096,16 +1095,13 @@ bool dispatch_fp32(bool gmma, const at::Tensor& input, const at::Tensor& weight,
 // shared memory takes mma.sync.
 template <typename T, int MODE, int NBUF>
 bool dispatch(bool gmma, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-              int pad, bool nhwc, const at::Tensor& output) {
+              int pad, bool nhwc, const at::Tensor& output, int64_t tiles, int num_sms) {
   constexpr bool kTwo = MODE == kHalf || MODE == kHalfP;
   if constexpr (kTwo) {
     // Staged only where every SM gets two or more 256-pixel tiles: with
     // fewer, two CTAs of 128-pixel tiles spread a small batch over more SMs
     // (small batches were not timed with the staged kernel).
-    const int64_t K = weight.size(0), H = input.size(2), W = input.size(3);
-    const int64_t PQ = ((H + 2 * pad - kR) / 4 + 1) * ((W + 2 * pad - kR) / 4 + 1);
-    const int64_t tiles = input.size(0) * ((PQ + 255) / 256);
-    const int num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    const int64_t K = weight.size(0);
     if (gmma && K <= 96 && tiles >= 2 * num_sms && reinterpret_cast<uintptr_t>(output.data_ptr()) % 16 == 0) {
       if (K <= 64 && launch<T, MODE, 8, 2, true, 1, true>(input, weight, bias, pad, nhwc, output)) return true;
       if (K > 64 && launch<T, MODE, 12, 2, true, 1, true>(input, weight, bias, pad, nhwc, output)) return true;
@@ -1156,20 +1152,24 @@ bool conv11s4_forward_fast(const at::Tensor& input, const at::Tensor& weight,
   c10::cuda::CUDAGuard guard(input.device());
   const int pad = (int)padding;
   const bool gmma = gmma_available(input.get_device());
+  // 256-pixel tiles of the batch and SMs: the dispatch heuristics' inputs
+  const int64_t tiles = N * ((P * Q + 255) / 256);
+  const int sms = prop.multiProcessorCount;
   switch (input.scalar_type()) {
     case at::kFloat:
       if (math == Fp32Math::kAccurate)
-        return dispatch_fp32<kX3>(gmma, input, weight, bias, pad, nhwc, output, P * Q, prop.multiProcessorCount);
+        return dispatch_fp32<kX3>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);
       if (math == Fp32Math::kBf16x3)
-        return dispatch_fp32<kB3>(gmma, input, weight, bias, pad, nhwc, output, P * Q, prop.multiProcessorCount);
-      return dispatch<float, kTF, 1>(gmma, input, weight, bias, pad, nhwc, output);
+        return dispatch_fp32<kB3>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);
+      return dispatch<float, kTF, 1>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);
     case at::kBFloat16:
       if (!nhwc && pad % 2 == 0)
-        return dispatch<__nv_bfloat16, kHalfP, 2>(gmma, input, weight, bias, pad, nhwc, output);
-      return dispatch<__nv_bfloat16, kHalf, 2>(gmma, input, weight, bias, pad, nhwc, output);
+        return dispatch<__nv_bfloat16, kHalfP, 2>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);
+      return dispatch<__nv_bfloat16, kHalf, 2>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);
     case at::kHalf:
-      if (!nhwc && pad % 2 == 0) return dispatch<__half, kHalfP, 2>(gmma, input, weight, bias, pad, nhwc, output);
-      return dispatch<__half, kHalf, 2>(gmma, input, weight, bias, pad, nhwc, output);
+      if (!nhwc && pad % 2 == 0)
+        return dispatch<__half, kHalfP, 2>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);
+      return dispatch<__half, kHalf, 2>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);
     default:
       return false;
   }

@@ -1,6 +1,6 @@
 #pragma once
-// Hopper (sm_90a) wgmma building blocks shared by the forward and the weight
-// gradient: the register-A forms D += A * B (B in shared memory through a
+// Hopper (sm_90a) wgmma building blocks shared by the forward and both
+// gradients: the register-A forms D += A * B (B in shared memory through a
 // descriptor) for the widths the kernels use, the fences around them, and
 // the host-side check that the build carries sm_90a code for a device.
 // The device code exists only in the sm_90a pass (__CUDA_ARCH_FEAT_SM90_ALL);
