@@ -76,9 +76,14 @@ def test_forward_accuracy(shape, dtype, mode, bound, channels_last):
 # H100/H200), the 16-bit Hopper forward hands its outputs to store warps that
 # write each channel's run in aligned 16-byte chunks: odd plane lengths (each
 # run starts mid-chunk, differently per channel), ragged last tiles, no bias.
+# NCHW inputs of even padding and width take its space-to-depth form.
 MANY_TILE_SHAPES = [
     (96, 96, 97, 131, 1),  # 23 x 31 outputs: 3 tiles per image, the last ragged
     (40, 64, 225, 223, 0),  # 54 x 54 outputs: 12 tiles per image
+    # even padding and width (NCHW): the space-to-depth kernel
+    (96, 96, 98, 130, 2),  # 23 x 31 outputs, ragged last tile
+    (40, 64, 226, 224, 0),  # 54 x 54
+    (24, 96, 224, 224, 2),  # the headline shape
 ]
 
 

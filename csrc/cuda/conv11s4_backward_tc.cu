@@ -453,11 +453,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int mt = 0; mt < MT; ++mt) {
         // An 8x8 b16 matrix is 8 rows x 4 fp32: ldmatrix hands lane (g, t)
         // the word (row g, col t), the tf32 A-fragment layout.
-        const uint32_t addr = lds_row + 4u * (mt * 16 * kLDA2 + kb);
-        asm volatile(
-            "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-            : "=r"(a[mt][0]), "=r"(a[mt][1]), "=r"(a[mt][2]), "=r"(a[mt][3])
-            : "r"(addr));
+        ldsm_x4(lds_row + 4u * (mt * 16 * kLDA2 + kb), a[mt]);
       }
       if constexpr (MODE == 0) {
         uint32_t ab[MT][4], as[MT][4];

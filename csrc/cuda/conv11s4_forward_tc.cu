@@ -49,7 +49,9 @@
 // weights (stored in wgmma's canonical layout), warpgroups of 64 pixels
 // (16-bit: one CTA of four plus a warpgroup that stores the outputs, staged
 // in shared memory, where K <= 96, else two CTAs of two per SM; fp32: one
-// CTA of four). So does kAccurate with 65-96 channels and enough tiles to
+// CTA of four; 16-bit NCHW inputs of even padding and width with enough
+// tiles take the space-to-depth form of that kernel instead, see "Space-to-
+// depth path"). So does kAccurate with 65-96 channels and enough tiles to
 // fill the GPU, as two groups of 48 channels (big and small parts of B take
 // twice the bytes; see dispatch_fp32). kBf16x3 keeps the mma.sync kernel everywhere. That
 // kernel is compiled for every target; the wgmma code exists only in the
@@ -98,8 +100,11 @@ constexpr int kB3Group = 2;
 // (c, r, s) with s padded 11 -> 12, so each (k, k+1) operand pair is one
 // aligned 32-bit patch word: half the gather loads of kHalf for 8.7% more MMA.
 // kB3: fp32 via bf16x3, kX3: fp32 via 3xTF32 (see top).
-enum Mode : int { kB3 = 0, kTF = 1, kHalf = 2, kHalfP = 3, kX3 = 4 };
+// kS2D: 16-bit NCHW in the space-to-depth form (see "Space-to-depth path"):
+// k = (tap, c, a, b) over 3 x 3 taps of 4 x 4 blocks, 432 = 27 k16 steps.
+enum Mode : int { kB3 = 0, kTF = 1, kHalf = 2, kHalfP = 3, kX3 = 4, kS2D = 5 };
 constexpr int kKpadP = 400;
+constexpr int kKs2d = 432;
 
 struct Params {
   const void* x;
@@ -116,10 +121,15 @@ struct Params {
   // staged 16-bit wgmma epilogue: byte offset of the staging rows in shared
   // memory and their stride in elements
   int stage, ls;
+  // kS2D: bytes of one 8-channel plane of the space-to-depth patch (PW is
+  // its row length in blocks, CS the bytes of one whole patch buffer)
+  int gs;
 };
 
 template <int MODE> __host__ __device__ constexpr int ksteps() {
-  return MODE == kHalfP ? kKpadP / 16 : (MODE == kHalf || MODE == kB3) ? kKpad / 16 : kKpad / 8;
+  return MODE == kS2D    ? kKs2d / 16
+         : MODE == kHalfP ? kKpadP / 16
+         : (MODE == kHalf || MODE == kB3) ? kKpad / 16 : kKpad / 8;
 }
 // kB3 holds hi and lo fragments: one uint4 per (k16 step, n8 tile, lane);
 // so does 3xTF32 on wgmma (GMMA), as a block of big parts then one of small.
@@ -159,9 +169,15 @@ __device__ __forceinline__ void pack_pairs(const uint16_t (&r)[8], uint32_t (&a)
   for (int e = 0; e < 4; ++e) a[e] = (uint32_t)r[2 * e] | ((uint32_t)r[2 * e + 1] << 16);
 }
 
-// Weight (n, k) of the padded reduction; kHalfP's k runs over (c, r, s) with s padded to 12.
+// Weight (n, k) of the padded reduction; kHalfP's k runs over (c, r, s) with s padded to 12,
+// kS2D's over (tap (i, j), c, a, b) with r = 4i + a, s = 4j + b (zero past 10).
 template <typename T, int MODE>
 __device__ __forceinline__ float weight_at(const T* __restrict__ w, int K, int k, int n) {
+  if constexpr (MODE == kS2D) {
+    const int tap = k / 48, ch = k - tap * 48;
+    const int c = ch >> 4, r = 4 * (tap / 3) + ((ch >> 2) & 3), s = 4 * (tap % 3) + (ch & 3);
+    return (r < kR && s < kR && n < K) ? to_f(w[(size_t)n * kKred + (c * kR + r) * kR + s]) : 0.f;
+  }
   if constexpr (MODE == kHalfP) {
     const int row = k / 12, s = k - row * 12;
     return (row < kC * kR && s < kR && n < K) ? to_f(w[(size_t)n * kKred + row * kR + s]) : 0.f;
@@ -568,11 +584,17 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
 // addresses. The channel planes have odd length (PQ = 3025 at the
 // headline), so a run starts a = e mod 8 elements past a 16-byte boundary,
 // different in every plane: lane i writes the aligned chunk i, the run's
-// elements [8i - a, 8i - a + 8), funnelled from its own and the previous
-// lane's 16 bytes. The partial chunks at both ends (the run's first 8 - a
-// and last a elements, a 2-byte store each, by lane 0 of the run and, in a
-// tile cut short by the image's end, the lanes past it) are predicated
-// stores in the same pass, so the code has no divergent branches.
+// elements [8i - a, 8i - a + 8), funnelled from the staged chunks i - 1 and
+// i, both of which it reads itself. The elements outside whole chunks (at
+// most 7 at each end of a run) take one 2-byte store per lane.
+// Shared-memory and store instructions per 256-pixel channel run: five.
+// They share the LSU/MIO pipe with the MMA warps' ldmatrix and stmatrix,
+// and that contention, not store bandwidth, is what the stores cost. An
+// earlier form fetched the previous chunk with four shuffles and had every
+// lane issue eight predicated 2-byte stores for the run's ends (about 13
+// such instructions per run). Same H200 run, batch 256, bf16 / fp16, ms:
+// space-to-depth kernel 0.235 / 0.235 before, 0.235 / 0.222 after; gather
+// kernel 0.244 / 0.243 before, 0.237 / 0.235 after.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void stmatrix_x4_trans(uint32_t saddr, uint32_t r0, uint32_t r1, uint32_t r2,
                                                   uint32_t r3) {
@@ -587,11 +609,17 @@ __device__ __forceinline__ uint4 lds128(const void* p) {
                : "r"(smem_u32(p)));
   return v;
 }
+__device__ __forceinline__ uint16_t lds16(const void* p) {
+  uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(smem_u32(p)));
+  return v;
+}
+
 // Writes staged rows st[c * ls + i] (channel c < nch, pixel i < len <= MT)
 // to y0[c * PQ + i], where y0 = the output at channel 0, pixel 0 of the tile
 // and e0 = its element index from a 16-byte aligned base (mod 2^32). A
 // channel's run takes lpc = 2^lpc_log2 = MT / 8 lanes; worker / nworkers:
-// this warp among the store warps. U passes at a time, branch-free, so their
+// this warp among the store warps; U channel passes at a time, so their
 // latencies overlap.
 template <int U>
 __device__ __forceinline__ void store_staged_rows(const uint16_t* st, int ls, int lpc_log2, int nch, int len,
@@ -600,27 +628,24 @@ __device__ __forceinline__ void store_staged_rows(const uint16_t* st, int ls, in
   const int lpc = 1 << lpc_log2;
   const int sl = lane & (lpc - 1);
   const int cpw = 32 >> lpc_log2;  // channels per warp pass
-  const int src = (lane & ~(lpc - 1)) | ((sl + lpc - 1) & (lpc - 1));
   const int step = nworkers * cpw;
   for (int c0 = worker * cpw; c0 < nch; c0 += U * step) {
-    uint4 cur[U];
+    uint4 cur[U], prev[U];
 #pragma unroll
-    for (int q = 0; q < U; ++q)
-      cur[q] = lds128(st + (size_t)min(c0 + q * step + (lane >> lpc_log2), nch - 1) * ls + 8 * sl);
+    for (int q = 0; q < U; ++q) {
+      const uint16_t* row = st + (size_t)min(c0 + q * step + (lane >> lpc_log2), nch - 1) * ls;
+      cur[q] = lds128(row + 8 * sl);
+      prev[q] = lds128(row + 8 * max(sl - 1, 0));
+    }
 #pragma unroll
     for (int q = 0; q < U; ++q) {
       const int c = c0 + q * step + (lane >> lpc_log2);
-      // w = the previous lane's chunk (lane 0 of a run: the run's last chunk), then this lane's
-      uint32_t w[8];
-      w[0] = __shfl_sync(0xffffffffu, cur[q].x, src);
-      w[1] = __shfl_sync(0xffffffffu, cur[q].y, src);
-      w[2] = __shfl_sync(0xffffffffu, cur[q].z, src);
-      w[3] = __shfl_sync(0xffffffffu, cur[q].w, src);
-      w[4] = cur[q].x; w[5] = cur[q].y; w[6] = cur[q].z; w[7] = cur[q].w;
+      const bool live = c < nch;
       const int a = (int)((e0 + (uint32_t)c * (uint32_t)PQ) & 7u);
-      // window element k = w element 8 - a + k: a word shift b by halving
-      // steps, u[j] = w[b + j] (w[8] = 0, read only when a = 0, where the
+      // window element k = element 8 - a + k of w = (prev, cur): a word
+      // shift b by halving steps (w[8] = 0, read only when a = 0, where the
       // funnel keeps u[j]), then a half-word funnel
+      const uint32_t w[8] = {prev[q].x, prev[q].y, prev[q].z, prev[q].w, cur[q].x, cur[q].y, cur[q].z, cur[q].w};
       const int b = (8 - a) >> 1, odd = (8 - a) & 1;
       uint32_t x[8], y[6], u[5];
 #pragma unroll
@@ -632,20 +657,64 @@ __device__ __forceinline__ void store_staged_rows(const uint16_t* st, int ls, in
       uint32_t out[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) out[j] = __funnelshift_r(u[j], u[j + 1], 16 * odd);
-      uint16_t* dst = y0 + (size_t)c * PQ - a + 8 * sl;  // 16-byte aligned chunk sl
-      // window element k is pixel 8 sl - a + k of the run; lane 0's first a
-      // elements are the run's last: pixel 8 lpc - a + k (chunk lpc)
-      const bool live = c < nch;
-      const bool full = live && a <= 8 * sl && 8 * sl - a + 8 <= len;
-      if (full) *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const bool wrap = sl == 0 && k < a;
-        const int pix = (wrap ? 8 * lpc : 8 * sl) - a + k;
-        const uint16_t v = (uint16_t)(out[k >> 1] >> (16 * (k & 1)));
-        if (live && !full && pix >= 0 && pix < len) dst[wrap ? 8 * lpc + k : k] = v;
+      uint16_t* yc = y0 + (size_t)c * PQ;
+      const int lo = 8 * sl - a;  // the chunk's first element in the run
+      if (live && lo >= 0 && lo + 8 <= len)
+        *reinterpret_cast<uint4*>(yc + lo) = make_uint4(out[0], out[1], out[2], out[3]);
+      // the rest: the head [0, h) before the first whole chunk and the tail
+      // [t0, len) after the last, one element per lane
+      const int h = min(len, (8 - a) & 7);
+      const int t0 = h + 8 * ((len - h) >> 3);
+      const int n_edge = h + len - t0;
+      for (int e = sl; e < n_edge; e += lpc) {
+        const int r = e < h ? e : t0 + (e - h);
+        if (live) yc[r] = lds16(st + (size_t)c * ls + r);
       }
     }
+  }
+}
+
+// The MMA warps' half of the staged epilogue: this warp's 16 rows of the
+// accumulators (pixels px..px+15 of the tile), bias added and rounded, to the
+// staging rows as [channel][pixel].
+template <typename T, int NT8>
+__device__ __forceinline__ void stage_rows(const float* acc, const float* sbias, unsigned char* stage, int ls,
+                                           int px, int lane) {
+  const int t = lane & 3, mi = lane >> 3, r = lane & 7;
+  // this lane's row address: block mi of an x4 = (n8 tile 2jq + mi / 2, rows 8 (mi & 1) + 0..7)
+  const uint32_t sa =
+      smem_u32(reinterpret_cast<uint16_t*>(stage) + (size_t)(8 * (mi >> 1) + r) * ls + px + 8 * (mi & 1));
+#pragma unroll
+  for (int jq = 0; jq < NT8 / 2; ++jq) {
+    uint32_t rr[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int j = 2 * jq + h;
+      const float2 bv = *reinterpret_cast<const float2*>(sbias + j * 8 + 2 * t);
+      rr[2 * h] = pack2(from_f<T>(acc[j * 4] + bv.x), from_f<T>(acc[j * 4 + 1] + bv.y));
+      rr[2 * h + 1] = pack2(from_f<T>(acc[j * 4 + 2] + bv.x), from_f<T>(acc[j * 4 + 3] + bv.y));
+    }
+    stmatrix_x4_trans(sa + jq * 16 * ls * 2, rr[0], rr[1], rr[2], rr[3]);
+  }
+}
+
+// The store warps' loop: for each of this CTA's tiles, wait until its rows
+// are staged (barrier 1), write them out, release the rows (barrier 2).
+// NALL: every thread of the CTA takes part in both barriers.
+template <int NALL>
+__device__ __forceinline__ void store_warps(const Params& p, const unsigned char* smem, int kg0, int nch,
+                                            int worker, int nworkers, int lane) {
+  const uint16_t* st = reinterpret_cast<const uint16_t*>(smem + p.stage);
+  uint16_t* yb = static_cast<uint16_t*>(p.y);
+  const int lpc_log2 = 31 - __clz(p.MT >> 3);
+  if ((int)blockIdx.x < p.total_tiles) asm volatile("bar.arrive 2, %0;\n" ::"n"(NALL) : "memory");
+  for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x) {
+    const TileGeom tg = tile_geom(p, tile);
+    asm volatile("bar.sync 1, %0;\n" ::"n"(NALL) : "memory");  // this tile's rows are staged
+    const size_t e0 = ((size_t)tg.n * p.K + kg0) * p.PQ + tg.m0;
+    store_staged_rows<4>(st, p.ls, lpc_log2, nch, tg.mend - tg.m0, yb + e0, (uint32_t)e0, p.PQ, worker, nworkers,
+                         lane);
+    if (tile + (int)gridDim.x < p.total_tiles) asm volatile("bar.arrive 2, %0;\n" ::"n"(NALL) : "memory");
   }
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -763,18 +832,7 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
     fence_proxy_async();
     __syncthreads();
     if (warp >= NWARPS) {
-      const uint16_t* st = reinterpret_cast<const uint16_t*>(smem + p.stage);
-      uint16_t* yb = static_cast<uint16_t*>(p.y);
-      const int lpc_log2 = 31 - __clz(p.MT >> 3);
-      if ((int)blockIdx.x < p.total_tiles) asm volatile("bar.arrive 2, %0;\n" ::"n"(NALL) : "memory");
-      for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x) {
-        const TileGeom tg = tile_geom(p, tile);
-        asm volatile("bar.sync 1, %0;\n" ::"n"(NALL) : "memory");  // this tile's rows are staged
-        const size_t e0 = ((size_t)tg.n * p.K + kg0) * p.PQ + tg.m0;
-        store_staged_rows<4>(st, p.ls, lpc_log2, nch, tg.mend - tg.m0, yb + e0, (uint32_t)e0, p.PQ, warp - NWARPS,
-                             SW, lane);
-        if (tile + (int)gridDim.x < p.total_tiles) asm volatile("bar.arrive 2, %0;\n" ::"n"(NALL) : "memory");
-      }
+      store_warps<NALL>(p, smem, kg0, nch, warp - NWARPS, SW, lane);
       return;
     }
   }
@@ -879,24 +937,7 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
       asm volatile("bar.sync 2, %0;\n" ::"n"(NALL) : "memory");  // the store warps are done with the rows
       const int px = wg * 64 + wq * 16;  // tile pixel of this warp's fragment row 0
       // (rows hold MT pixels: a tile of MT = 32 leaves warps 2, 3 out)
-      if (active && px < p.MT) {
-        uint16_t* st = reinterpret_cast<uint16_t*>(smem + p.stage);
-        const int mi = lane >> 3, r = lane & 7;
-        // this lane's row address: block mi of an x4 = (n8 tile 2jq + mi / 2, rows 8 (mi & 1) + 0..7)
-        const uint32_t sa = smem_u32(st + (size_t)(8 * (mi >> 1) + r) * p.ls + px + 8 * (mi & 1));
-#pragma unroll
-        for (int jq = 0; jq < NT8 / 2; ++jq) {
-          uint32_t rr[4];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int j = 2 * jq + h;
-            const float2 bv = *reinterpret_cast<const float2*>(sbias + j * 8 + 2 * t);
-            rr[2 * h] = pack2(from_f<T>(acc[j * 4] + bv.x), from_f<T>(acc[j * 4 + 1] + bv.y));
-            rr[2 * h + 1] = pack2(from_f<T>(acc[j * 4 + 2] + bv.x), from_f<T>(acc[j * 4 + 3] + bv.y));
-          }
-          stmatrix_x4_trans(sa + jq * 16 * p.ls * 2, rr[0], rr[1], rr[2], rr[3]);
-        }
-      }
+      if (active && px < p.MT) stage_rows<T, NT8>(acc, sbias, smem + p.stage, p.ls, px, lane);
       asm volatile("bar.arrive 1, %0;\n" ::"n"(NALL) : "memory");  // rows staged
       buf ^= 1;
       continue;  // the next tile's bar.sync 2 orders the store warps' reads before new rows
@@ -939,6 +980,241 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
     }
   }
 #endif
+}
+
+// ---------------------------------------------------------------------------
+// Space-to-depth path (sm_90a, 16-bit NCHW, even padding and width).
+//
+// The kernels above gather every A element from the patch through an offset
+// table: per k step and warp, 4-8 shared loads and the table reads. Here the
+// padded input is viewed as blocks of 4 x 4 pixels: block (P', Q') holds the
+// 48 values (c, a, b) = x[c][4P' + a - pad][4Q' + b - pad], and output (p, q)
+// is a 3 x 3 stride-1 convolution over blocks (p + i, q + j), i, j < 3, with
+// weight w[c][4i + a][4j + b] (zero where 4i + a or 4j + b passes 10): K = 9
+// x 48 = 432 instead of 368 (17% more MMA), but each k16 step (tap (i, j),
+// channel c) of 16 pixels is 16 rows of 16 contiguous bytes: one
+// ldmatrix.x4 per warp, no table.
+//
+// The patch holds the tile's block rows p_lo .. p_hi + 2 as 6 planes (one per
+// 8-channel group g = (c, a / 2)) of [block][8 halves]; a lane's ldmatrix row
+// is its pixel's block, moved by the tap: (i * PW + j) blocks further. Rows of
+// 8 consecutive pixels are 128 contiguous bytes (no bank conflicts except
+// where a pixel row wraps). The copy writes each 4-byte word of an input row
+// pair with its own cp.async (zero-filled outside the image: the padding;
+// with pad = 2 the words are only 4-byte aligned), 8 blocks x 16 bytes per
+// warp instruction, and the MMA warps issue the next tile's copy one
+// instruction per k step, between their wgmmas, into the second buffer.
+// Everything else is the staged path of the kernel above: a persistent CTA
+// of four MMA warpgroups (m64n{64,96}k16 wgmma, B resident) and a store
+// warpgroup, the same tiles of MT consecutive pixels.
+//
+// Measured (H200, batch 256, 224 x 224, pad 2, K = 96, bf16), ms: 0.235
+// against the gather kernel's 0.237 in the same run (fp16 0.222 / 0.235;
+// K = 64 0.184 / 0.201; pad 0 0.216 / 0.232; batch 128 0.124 / 0.135; batch
+// 24-32 equal within noise). Less than the gather removed, because what
+// bounds both is not the gather alone. Switching parts off in the same
+// kernel: without the global stores 0.187, without the copy 0.219, without
+// either 0.145 (clock counters in the warps showed the MMA loop at ~75% of
+// the tensor pipe's rate when it runs alone). The copy (10.9K 4-byte
+// cp.async per tile) and the store warps' shared loads and stores share the
+// LSU/MIO pipe with the ldmatrix / stmatrix of the MMA warps; with both on,
+// the MMA loop and the staging each take 1.2-4x longer per tile.
+constexpr int kS2G = 6;  // 16-byte groups of 8 (c, a, b) values per block
+
+// The copy of one tile's block rows into the patch, one warp instruction (8
+// blocks of one 8-channel plane row) per step, so that the MMA warps can
+// spread it over the k steps of the tile before (issued all at once before
+// the MMAs, it measured 0.249 against the gather kernel's 0.242 ms; spread,
+// 0.243 against 0.245). Warp w takes the plane rows u = w, w + NWARPS, ...
+// (u = block row sr x 6 + plane g). The branches of a step make ptxas wait
+// for each wgmma before the next (its C7513 note); a branch-free step that
+// computes the next plane row's addresses every time avoids that but ran
+// slower, 0.253 against 0.235 ms (H200, bf16, batch 256): the MMA warps'
+// instruction issue, not wgmma overlap, is the limit (four warpgroups keep
+// the tensor cores fed while each waits for its own wgmma).
+template <typename T, int NWARPS>
+struct S2dCopy {
+  const T* x;    // the image
+  const T* src;  // input row of plane row u (any valid address when !hok)
+  uint32_t dst0, dst;
+  int units, u, b, p_lo, colb, pxo16;
+  bool hok;
+
+  __device__ __forceinline__ void start(const Params& p, const TileGeom& tg, uint32_t patch, int warp, int lane) {
+    x = static_cast<const T*>(p.x) + (size_t)tg.n * kC * p.H * p.W;
+    units = ((tg.mend - 1) / p.Q - tg.p_lo + 3) * kS2G;
+    p_lo = tg.p_lo;
+    dst0 = patch;
+    // lane: word lane & 3 of block lane >> 2 (of each 8); words 0, 1 are input row a0, 2, 3 row a0 + 1
+    colb = 4 * (lane >> 2) + 2 * (lane & 1) - p.pad;
+    pxo16 = (lane >> 2) * 16 + (lane & 3) * 4;
+    u = warp;
+    b = 0;
+    if (u < units) unit(p, lane);
+  }
+  __device__ __forceinline__ void unit(const Params& p, int lane) {
+    const int sr = u / kS2G, g = u - sr * kS2G;
+    const int h = 4 * (p_lo + sr) + 2 * (g & 1) + ((lane >> 1) & 1) - p.pad;
+    hok = h >= 0 && h < p.H;
+    src = x + ((size_t)(g >> 1) * p.H + (hok ? h : 0)) * p.W;
+    dst = dst0 + g * p.gs + sr * p.PW * 16 + pxo16;
+  }
+  // Issues one copy instruction; false once this warp's share is done.
+  __device__ __forceinline__ bool step(const Params& p, int lane) {
+    if (u >= units) return false;
+    if (8 * b + (lane >> 2) < p.PW) {
+      const int col = 32 * b + colb;  // even, and W is even: both elements in or both out
+      const bool ok = hok && col >= 0 && col < p.W;
+      cp_async4n(dst + 128 * b, ok ? src + col : x, ok ? 4 : 0);
+    }
+    if (++b == (p.PW + 7) >> 3) {
+      b = 0;
+      u += NWARPS;
+      if (u < units) unit(p, lane);
+    }
+    return true;
+  }
+};
+
+template <typename T, int NT8>
+__global__ void __launch_bounds__(kGThreads + kStoreThreads, 1) conv11s4_fwd_s2d_kernel(const Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int KS = ksteps<kS2D>();
+  constexpr int WB = wfrag_bytes<kS2D, NT8, true>();
+  constexpr int NACC = NT8 * 4;
+  constexpr int NTHR = kGThreads, NALL = NTHR + kStoreThreads;
+  constexpr int NWARPS = NTHR / 32, SW = kStoreThreads / 32;
+  constexpr int NB = 4, AHEAD = 2;  // A register buffers, as in the kernel above
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* sbias = reinterpret_cast<float*>(smem + WB);
+  const uint32_t patch0 = smem_u32(smem + WB + kMaxK * 4);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, wq = warp & 3;
+  const int nch = min(NT8 * 8, p.K);
+
+  for (int i = tid; i < WB / 16; i += NALL) cp_async16(reinterpret_cast<uint4*>(smem) + i, p.wfrag + i);
+  for (int k = tid; k < kMaxK; k += NALL)
+    sbias[k] = (p.bias != nullptr && k < p.K) ? to_f(static_cast<const T*>(p.bias)[k]) : 0.f;
+  cp_async_wait_all();
+  fence_proxy_async();  // the weights arrived by cp.async; wgmma reads them
+  __syncthreads();
+  if (warp >= NWARPS) {
+    store_warps<NALL>(p, smem, 0, nch, warp - NWARPS, SW, lane);
+    return;
+  }
+  const uint64_t desc0 = gmma_desc(smem_u32(smem));
+  const int ws16 = p.PW * 16;
+
+  int tile = blockIdx.x;
+  int buf = 0;
+  S2dCopy<T, NWARPS> copy;
+  if (tile < p.total_tiles) {
+    copy.start(p, tile_geom(p, tile), patch0, warp, lane);
+    while (copy.step(p, lane)) {
+    }
+  }
+  cp_async_commit();
+
+  for (; tile < p.total_tiles; tile += gridDim.x) {
+    cp_async_wait_all();
+    asm volatile("bar.sync 3, %0;\n" ::"n"(NTHR) : "memory");  // this tile's patch is in place
+    const TileGeom tg = tile_geom(p, tile);
+    const int next = tile + gridDim.x;
+    // the next tile's copy, spread over this tile's k steps
+    copy.units = 0;
+    if (next < p.total_tiles) copy.start(p, tile_geom(p, next), patch0 + (buf ^ 1) * p.CS, warp, lane);
+
+    const int mw = tg.m0 + wg * 64;
+    const bool active = (wg * 64 < p.MT) && (mw < tg.mend);  // warpgroup-uniform
+    float acc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+
+    if (active) {
+      // this lane's ldmatrix row: pixel (row lane & 7 of matrix mi) and the
+      // matrix's k half (plane 2c or 2c + 1); clamped into the loaded rows
+      const int mi = lane >> 3;
+      const int o = min(mw + wq * 16 + (lane & 7) + 8 * (mi & 1), tg.mend - 1);
+      const int op = o / p.Q, oq = o - op * p.Q;
+      const uint32_t arow = patch0 + buf * p.CS + (mi >> 1) * p.gs + ((op - tg.p_lo) * p.PW + oq) * 16;
+      uint32_t A[NB][4];
+      // k16 step s = (tap (i, j) = s / 3, channel c = s % 3)
+      auto fill = [&](int s, int u) {
+        const int tap = s / 3, c = s % 3;
+        ldsm_x4(arow + (tap / 3) * ws16 + (tap % 3) * 16 + c * 2 * p.gs, A[u]);
+      };
+#pragma unroll
+      for (int u = 0; u < AHEAD; ++u) fill(u, u);
+#pragma unroll
+      for (int s = 0; s < KS; ++s) {
+        gmma_fence();
+        gmma_rs<T, NT8>(acc, A[s % NB], desc0 + (uint64_t)((s * NT8 * 256) >> 4));
+        gmma_commit();
+        gmma_wait<NB - AHEAD>();
+        if (s + AHEAD < KS) fill(s + AHEAD, (s + AHEAD) % NB);
+        copy.step(p, lane);
+      }
+      gmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < NACC; ++i) pin(acc[i]);
+    }
+    while (copy.step(p, lane)) {
+    }
+    cp_async_commit();
+
+    asm volatile("bar.sync 2, %0;\n" ::"n"(NALL) : "memory");  // the store warps are done with the rows
+    const int px = wg * 64 + wq * 16;
+    if (active && px < p.MT) stage_rows<T, NT8>(acc, sbias, smem + p.stage, p.ls, px, lane);
+    asm volatile("bar.arrive 1, %0;\n" ::"n"(NALL) : "memory");  // rows staged
+    buf ^= 1;
+  }
+#endif
+}
+
+// kS2D: K <= 96 (NT8 = 8 or 12), one CTA per SM. Returns false where the
+// tile does not fit shared memory (very wide images).
+template <typename T, int NT8>
+bool launch_s2d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias, int pad,
+                const at::Tensor& output) {
+  const int N = input.size(0), H = input.size(2), W = input.size(3), K = weight.size(0);
+  const int P = (H + 2 * pad - kR) / 4 + 1, Q = (W + 2 * pad - kR) / 4 + 1;
+  Params p{};
+  p.N = N; p.H = H; p.W = W; p.K = K; p.P = P; p.Q = Q; p.pad = pad;
+  p.PQ = P * Q;
+  p.PW = Q + 2;  // blocks per patch row: outputs q read blocks q .. q + 2
+  const auto* prop = at::cuda::getCurrentDeviceProperties();
+  constexpr int WB = wfrag_bytes<kS2D, NT8, true>();
+  for (int mt = 256; mt >= 128 && p.MT == 0; mt /= 2) {
+    const int srows = std::min(P, (Q - 1 + mt - 1) / Q + 1) + 2;
+    const int64_t gs = (int64_t)srows * p.PW * 16;
+    const int ls = mt + 8;  // a phase (< 8) + MT elements, an odd number of 16-byte units
+    const int64_t need = WB + kMaxK * 4 + 2 * kS2G * gs + (int64_t)NT8 * 8 * ls * sizeof(T);
+    if (need <= (int64_t)prop->sharedMemPerBlockOptin) {
+      p.MT = mt; p.gs = (int)gs; p.CS = kS2G * p.gs; p.ls = ls;
+      p.stage = WB + kMaxK * 4 + 2 * p.CS;
+    }
+  }
+  if (p.MT == 0) return false;
+  p.tiles_per_img = (p.PQ + p.MT - 1) / p.MT;
+  const int64_t total = (int64_t)N * p.tiles_per_img;
+  if (total > INT32_MAX) return false;
+  p.total_tiles = (int)total;
+
+  auto stream = at::cuda::getCurrentCUDAStream();
+  auto wbuf = at::empty({(int64_t)WB}, input.options().dtype(at::kByte));
+  prep_weights_gmma_kernel<T, kS2D, NT8><<<(WB / 16 + 255) / 256, 256, 0, stream>>>(
+      static_cast<const T*>(weight.data_ptr()), K, static_cast<uint4*>(wbuf.data_ptr()));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  p.x = input.data_ptr();
+  p.wfrag = static_cast<const uint4*>(wbuf.data_ptr());
+  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  p.y = output.data_ptr();
+  auto kern = conv11s4_fwd_s2d_kernel<T, NT8>;
+  allow_max_dynamic_smem(kern);
+  const size_t smem = (size_t)p.stage + (size_t)NT8 * 8 * p.ls * sizeof(T);
+  kern<<<(unsigned)std::min<int64_t>(total, prop->multiProcessorCount), kGThreads + kStoreThreads, smem, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
 }
 
 // NT8 * 8 channels per CTA; more channels than that are split into groups,
@@ -1085,7 +1361,9 @@ bool dispatch_fp32(bool gmma, const at::Tensor& input, const at::Tensor& weight,
 
 // 16-bit types on wgmma with K <= 96, a 16-byte aligned output and two or
 // more 256-pixel tiles per SM run one CTA of four MMA warpgroups and a store
-// warpgroup per SM (the STAGED epilogue; see "Hopper path"): H200, batch
+// warpgroup per SM: the space-to-depth kernel for NCHW inputs of even
+// padding and width, else the gather kernel with the STAGED epilogue (see
+// "Hopper path"). Gather kernel before and after staging, H200, batch
 // 256, K = 96: bf16 0.252 -> 0.228 ms NCHW, 0.266 -> 0.258 channels_last,
 // fp16 0.258 -> 0.234; K = 64 0.208 -> 0.186. Otherwise two CTAs of two
 // warpgroups per SM, one patch buffer each, instead of one CTA of four with
@@ -1103,6 +1381,13 @@ bool dispatch(bool gmma, const at::Tensor& input, const at::Tensor& weight, cons
     // (small batches were not timed with the staged kernel).
     const int64_t K = weight.size(0);
     if (gmma && K <= 96 && tiles >= 2 * num_sms && reinterpret_cast<uintptr_t>(output.data_ptr()) % 16 == 0) {
+      if constexpr (MODE == kHalfP) {
+        // the space-to-depth copy moves aligned 4-byte pairs of columns
+        if (input.size(3) % 2 == 0 && reinterpret_cast<uintptr_t>(input.data_ptr()) % 4 == 0) {
+          if (K <= 64 && launch_s2d<T, 8>(input, weight, bias, pad, output)) return true;
+          if (K > 64 && launch_s2d<T, 12>(input, weight, bias, pad, output)) return true;
+        }
+      }
       if (K <= 64 && launch<T, MODE, 8, 2, true, 1, true>(input, weight, bias, pad, nhwc, output)) return true;
       if (K > 64 && launch<T, MODE, 12, 2, true, 1, true>(input, weight, bias, pad, nhwc, output)) return true;
     }

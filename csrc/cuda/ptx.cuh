@@ -33,6 +33,16 @@ template <int N> __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Four 8 x 8 b16 matrices from shared memory; lane l gives the address of
+// row l & 7 of matrix l >> 3 and receives (row l / 4, columns 2 (l & 3) and
+// + 1) of each: the mma.sync / wgmma A-fragment order for 16-bit operands,
+// and the word (row l / 4, column l & 3) of 8 x 4 fp32 matrices for TF32.
+__device__ __forceinline__ void ldsm_x4(uint32_t saddr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(saddr));
+}
+
 // Round to nearest (ties away) to TF32, the bits the tensor core reads.
 __device__ __forceinline__ uint32_t to_tf32(float f) {
   uint32_t r;
