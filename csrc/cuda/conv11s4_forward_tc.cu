@@ -1171,6 +1171,15 @@ __global__ void __launch_bounds__(kGThreads + kStoreThreads, 1) conv11s4_fwd_s2d
 #endif
 }
 
+// The kernels' operands: input, prepared weights, bias (or null), output.
+inline void bind_operands(Params& p, const at::Tensor& input, const at::Tensor& wbuf,
+                          const std::optional<at::Tensor>& bias, const at::Tensor& output) {
+  p.x = input.data_ptr();
+  p.wfrag = static_cast<const uint4*>(wbuf.data_ptr());
+  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  p.y = output.data_ptr();
+}
+
 // kS2D: K <= 96 (NT8 = 8 or 12), one CTA per SM. Returns false where the
 // tile does not fit shared memory (very wide images).
 template <typename T, int NT8>
@@ -1205,10 +1214,7 @@ bool launch_s2d(const at::Tensor& input, const at::Tensor& weight, const std::op
   prep_weights_gmma_kernel<T, kS2D, NT8><<<(WB / 16 + 255) / 256, 256, 0, stream>>>(
       static_cast<const T*>(weight.data_ptr()), K, static_cast<uint4*>(wbuf.data_ptr()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  p.x = input.data_ptr();
-  p.wfrag = static_cast<const uint4*>(wbuf.data_ptr());
-  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
-  p.y = output.data_ptr();
+  bind_operands(p, input, wbuf, bias, output);
   auto kern = conv11s4_fwd_s2d_kernel<T, NT8>;
   allow_max_dynamic_smem(kern);
   const size_t smem = (size_t)p.stage + (size_t)NT8 * 8 * p.ls * sizeof(T);
@@ -1287,10 +1293,7 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  p.x = input.data_ptr();
-  p.wfrag = static_cast<const uint4*>(wbuf.data_ptr());
-  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
-  p.y = output.data_ptr();
+  bind_operands(p, input, wbuf, bias, output);
 
   auto kern = [] {
     if constexpr (GMMA) return conv11s4_fwd_gmma_kernel<T, MODE, NT8, NBUF, CPS, STAGED>;
