@@ -1180,8 +1180,10 @@ inline void bind_operands(Params& p, const at::Tensor& input, const at::Tensor& 
   p.y = output.data_ptr();
 }
 
-// kS2D: K <= 96 (NT8 = 8 or 12), one CTA per SM. Returns false where the
-// tile does not fit shared memory (very wide images).
+// kS2D: K <= 96 (NT8 = 8 or 12), one CTA per SM, 256-pixel tiles. Returns
+// false where the patch does not fit beside the weights and the staging rows
+// (at K = 96 and padding 2 from about 250 to 290 pixels of width on); the
+// gather kernel takes those.
 template <typename T, int NT8>
 bool launch_s2d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias, int pad,
                 const at::Tensor& output) {
@@ -1193,17 +1195,15 @@ bool launch_s2d(const at::Tensor& input, const at::Tensor& weight, const std::op
   p.PW = Q + 2;  // blocks per patch row: outputs q read blocks q .. q + 2
   const auto* prop = at::cuda::getCurrentDeviceProperties();
   constexpr int WB = wfrag_bytes<kS2D, NT8, true>();
-  for (int mt = 256; mt >= 128 && p.MT == 0; mt /= 2) {
-    const int srows = std::min(P, (Q - 1 + mt - 1) / Q + 1) + 2;
-    const int64_t gs = (int64_t)srows * p.PW * 16;
-    const int ls = mt + 8;  // a phase (< 8) + MT elements, an odd number of 16-byte units
-    const int64_t need = WB + kMaxK * 4 + 2 * kS2G * gs + (int64_t)NT8 * 8 * ls * sizeof(T);
-    if (need <= (int64_t)prop->sharedMemPerBlockOptin) {
-      p.MT = mt; p.gs = (int)gs; p.CS = kS2G * p.gs; p.ls = ls;
-      p.stage = WB + kMaxK * 4 + 2 * p.CS;
-    }
-  }
-  if (p.MT == 0) return false;
+  p.MT = 256;
+  const int srows = std::min(P, (Q - 1 + p.MT - 1) / Q + 1) + 2;
+  const int64_t gs = (int64_t)srows * p.PW * 16;
+  p.ls = p.MT + 8;  // as in launch: an odd number of 16-byte units
+  const int64_t need = WB + kMaxK * 4 + 2 * kS2G * gs + (int64_t)NT8 * 8 * p.ls * sizeof(T);
+  if (need > (int64_t)prop->sharedMemPerBlockOptin) return false;  // the gather kernel takes wide images
+  p.gs = (int)gs;
+  p.CS = kS2G * p.gs;
+  p.stage = WB + kMaxK * 4 + 2 * p.CS;
   p.tiles_per_img = (p.PQ + p.MT - 1) / p.MT;
   const int64_t total = (int64_t)N * p.tiles_per_img;
   if (total > INT32_MAX) return false;
