@@ -27,9 +27,11 @@ for dt in (torch.float32, torch.bfloat16):
     # the 16-bit wgmma weight gradient needs an even width
     torch.ops.alexop.conv11s4_backward_weight(torch.randn(2, 96, 55, 55, device="cuda", dtype=dt), torch.rand(2, 3, 224, 224, device="cuda", dtype=dt), 2, True)
     # the 16-bit forward stages its outputs for store warps from 2 tiles per SM (batch 24 at
-    # 224x224): space-to-depth kernel for NCHW, gather kernel for channels_last
+    # 224x224): space-to-depth kernel for even padding (NCHW and channels_last copies), gather
+    # kernel for odd padding
     alexop.conv11s4(torch.rand(24, 3, 224, 224, device="cuda", dtype=dt), w.to(dt), b.to(dt))
     alexop.conv11s4(torch.rand(24, 3, 224, 224, device="cuda", dtype=dt).to(memory_format=torch.channels_last), w.to(dt), b.to(dt))
+    alexop.conv11s4(torch.rand(24, 3, 224, 224, device="cuda", dtype=dt), w.to(dt), b.to(dt), 1)
     # the tensor-core input gradient needs tiles for half the SMs: batch 8 at 224x224
     torch.ops.alexop.conv11s4_backward_input(torch.randn(8, 96, 55, 55, device="cuda", dtype=dt), w.to(dt), [8, 3, 224, 224], 2)
 torch.cuda.synchronize(); print("ok")'

@@ -76,11 +76,12 @@ def test_forward_accuracy(shape, dtype, mode, bound, channels_last):
 # H100/H200), the 16-bit Hopper forward hands its outputs to store warps that
 # write each channel's run in aligned 16-byte chunks: odd plane lengths (each
 # run starts mid-chunk, differently per channel), ragged last tiles, no bias.
-# NCHW inputs of even padding and width take its space-to-depth form.
+# Inputs of even padding and width take its space-to-depth form, NCHW and
+# channels_last each with their own copy.
 MANY_TILE_SHAPES = [
     (96, 96, 97, 131, 1),  # 23 x 31 outputs: 3 tiles per image, the last ragged
     (40, 64, 225, 223, 0),  # 54 x 54 outputs: 12 tiles per image
-    # even padding and width (NCHW): the space-to-depth kernel
+    # even padding and width: the space-to-depth kernel
     (96, 96, 98, 130, 2),  # 23 x 31 outputs, ragged last tile
     (40, 64, 226, 224, 0),  # 54 x 54
     (24, 96, 224, 224, 2),  # the headline shape
@@ -91,9 +92,12 @@ MANY_TILE_SHAPES = [
 @pytest.mark.parametrize("shape", MANY_TILE_SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
-def test_forward_accuracy_many_tiles(shape, dtype, bias):
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_forward_accuracy_many_tiles(shape, dtype, bias, channels_last):
     n, k, h, w, p = shape
     x, wt, b = make_inputs(n, 3, k, h, w, dtype=dtype, device="cuda", bias=bias)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
     ref = reference(x, wt, b, p)
     _poison_allocator(ref.numel(), dtype)
     out = alexop.conv11s4(x, wt, b, p)

@@ -102,7 +102,8 @@ constexpr int kB3Group = 2;
 // kB3: fp32 via bf16x3, kX3: fp32 via 3xTF32 (see top).
 // kS2D: 16-bit NCHW in the space-to-depth form (see "Space-to-depth path"):
 // k = (tap, c, a, b) over 3 x 3 taps of 4 x 4 blocks, 432 = 27 k16 steps.
-enum Mode : int { kB3 = 0, kTF = 1, kHalf = 2, kHalfP = 3, kX3 = 4, kS2D = 5 };
+// kS2DL: the same for channels_last inputs, k = (tap, a, b, c).
+enum Mode : int { kB3 = 0, kTF = 1, kHalf = 2, kHalfP = 3, kX3 = 4, kS2D = 5, kS2DL = 6 };
 constexpr int kKpadP = 400;
 constexpr int kKs2d = 432;
 
@@ -127,7 +128,7 @@ struct Params {
 };
 
 template <int MODE> __host__ __device__ constexpr int ksteps() {
-  return MODE == kS2D    ? kKs2d / 16
+  return (MODE == kS2D || MODE == kS2DL) ? kKs2d / 16
          : MODE == kHalfP ? kKpadP / 16
          : (MODE == kHalf || MODE == kB3) ? kKpad / 16 : kKpad / 8;
 }
@@ -170,12 +171,15 @@ __device__ __forceinline__ void pack_pairs(const uint16_t (&r)[8], uint32_t (&a)
 }
 
 // Weight (n, k) of the padded reduction; kHalfP's k runs over (c, r, s) with s padded to 12,
-// kS2D's over (tap (i, j), c, a, b) with r = 4i + a, s = 4j + b (zero past 10).
+// kS2D's over (tap (i, j), c, a, b) with r = 4i + a, s = 4j + b (zero past 10),
+// kS2DL's over (tap, a, b, c).
 template <typename T, int MODE>
 __device__ __forceinline__ float weight_at(const T* __restrict__ w, int K, int k, int n) {
-  if constexpr (MODE == kS2D) {
+  if constexpr (MODE == kS2D || MODE == kS2DL) {
     const int tap = k / 48, ch = k - tap * 48;
-    const int c = ch >> 4, r = 4 * (tap / 3) + ((ch >> 2) & 3), s = 4 * (tap % 3) + (ch & 3);
+    const int c = MODE == kS2D ? ch >> 4 : ch % 3;
+    const int a = MODE == kS2D ? (ch >> 2) & 3 : ch / 12, b = MODE == kS2D ? ch & 3 : ch % 12 / 3;
+    const int r = 4 * (tap / 3) + a, s = 4 * (tap % 3) + b;
     return (r < kR && s < kR && n < K) ? to_f(w[(size_t)n * kKred + (c * kR + r) * kR + s]) : 0.f;
   }
   if constexpr (MODE == kHalfP) {
@@ -983,7 +987,8 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
 }
 
 // ---------------------------------------------------------------------------
-// Space-to-depth path (sm_90a, 16-bit NCHW, even padding and width).
+// Space-to-depth path (sm_90a, 16-bit NCHW or channels_last, even padding
+// and width).
 //
 // The kernels above gather every A element from the patch through an offset
 // table: per k step and warp, 4-8 shared loads and the table reads. Here the
@@ -1032,8 +1037,17 @@ constexpr int kS2G = 6;  // 16-byte groups of 8 (c, a, b) values per block
 // slower, 0.253 against 0.235 ms (H200, bf16, batch 256): the MMA warps'
 // instruction issue, not wgmma overlap, is the limit (four warpgroups keep
 // the tensor cores fed while each waits for its own wgmma).
-template <typename T, int NWARPS>
+//
+// Channels_last (kS2DL): a block row is 4 pixels x 3 channels = 12
+// contiguous values, so with k = (a, b, c) inside a block, planes 3G .. 3G +
+// 2 are the block's input rows 2G and 2G + 1 in memory order, and every
+// 4-byte word is still one aligned cp.async: the same copy and MMA loop,
+// other source addresses. A word never straddles the image edge, because the
+// edge falls on an even pixel of the block (pad and W even), i.e. a multiple
+// of 6 values.
+template <typename T, int NWARPS, int MODE>
 struct S2dCopy {
+  static constexpr int kPix = MODE == kS2DL ? kC : 1;  // elements per pixel step along a row
   const T* x;    // the image
   const T* src;  // input row of plane row u (any valid address when !hok)
   uint32_t dst0, dst;
@@ -1045,8 +1059,9 @@ struct S2dCopy {
     units = ((tg.mend - 1) / p.Q - tg.p_lo + 3) * kS2G;
     p_lo = tg.p_lo;
     dst0 = patch;
-    // lane: word lane & 3 of block lane >> 2 (of each 8); words 0, 1 are input row a0, 2, 3 row a0 + 1
-    colb = 4 * (lane >> 2) + 2 * (lane & 1) - p.pad;
+    // lane: word lane & 3 of block lane >> 2 (of each 8); NCHW: words 0, 1
+    // are input row a0, 2, 3 row a0 + 1
+    if constexpr (MODE == kS2D) colb = 4 * (lane >> 2) + 2 * (lane & 1) - p.pad;
     pxo16 = (lane >> 2) * 16 + (lane & 3) * 4;
     u = warp;
     b = 0;
@@ -1054,18 +1069,28 @@ struct S2dCopy {
   }
   __device__ __forceinline__ void unit(const Params& p, int lane) {
     const int sr = u / kS2G, g = u - sr * kS2G;
-    const int h = 4 * (p_lo + sr) + 2 * (g & 1) + ((lane >> 1) & 1) - p.pad;
-    hok = h >= 0 && h < p.H;
-    src = x + ((size_t)(g >> 1) * p.H + (hok ? h : 0)) * p.W;
+    if constexpr (MODE == kS2D) {
+      const int h = 4 * (p_lo + sr) + 2 * (g & 1) + ((lane >> 1) & 1) - p.pad;
+      hok = h >= 0 && h < p.H;
+      src = x + ((size_t)(g >> 1) * p.H + (hok ? h : 0)) * p.W;
+    } else {
+      // value t of the row pair 2G, 2G + 1 (24 values): row t / 12, value e of that row
+      const int G = g / 3, t = 8 * (g - 3 * G) + 2 * (lane & 3);
+      const int a1 = t >= 12 ? 1 : 0, e = t - 12 * a1;
+      const int h = 4 * (p_lo + sr) + 2 * G + a1 - p.pad;
+      hok = h >= 0 && h < p.H;
+      colb = 4 * (lane >> 2) + e / 3 - p.pad;  // the pixel of the word's first value
+      src = x + (size_t)(hok ? h : 0) * p.W * kC + e % 3;
+    }
     dst = dst0 + g * p.gs + sr * p.PW * 16 + pxo16;
   }
   // Issues one copy instruction; false once this warp's share is done.
   __device__ __forceinline__ bool step(const Params& p, int lane) {
     if (u >= units) return false;
     if (8 * b + (lane >> 2) < p.PW) {
-      const int col = 32 * b + colb;  // even, and W is even: both elements in or both out
+      const int col = 32 * b + colb;  // even (NCHW), and W is even: both elements in or both out
       const bool ok = hok && col >= 0 && col < p.W;
-      cp_async4n(dst + 128 * b, ok ? src + col : x, ok ? 4 : 0);
+      cp_async4n(dst + 128 * b, ok ? src + kPix * col : x, ok ? 4 : 0);
     }
     if (++b == (p.PW + 7) >> 3) {
       b = 0;
@@ -1076,11 +1101,11 @@ struct S2dCopy {
   }
 };
 
-template <typename T, int NT8>
+template <typename T, int MODE, int NT8>
 __global__ void __launch_bounds__(kGThreads + kStoreThreads, 1) conv11s4_fwd_s2d_kernel(const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int KS = ksteps<kS2D>();
-  constexpr int WB = wfrag_bytes<kS2D, NT8, true>();
+  constexpr int KS = ksteps<MODE>();
+  constexpr int WB = wfrag_bytes<MODE, NT8, true>();
   constexpr int NACC = NT8 * 4;
   constexpr int NTHR = kGThreads, NALL = NTHR + kStoreThreads;
   constexpr int NWARPS = NTHR / 32, SW = kStoreThreads / 32;
@@ -1107,7 +1132,7 @@ __global__ void __launch_bounds__(kGThreads + kStoreThreads, 1) conv11s4_fwd_s2d
 
   int tile = blockIdx.x;
   int buf = 0;
-  S2dCopy<T, NWARPS> copy;
+  S2dCopy<T, NWARPS, MODE> copy;
   if (tile < p.total_tiles) {
     copy.start(p, tile_geom(p, tile), patch0, warp, lane);
     while (copy.step(p, lane)) {
@@ -1180,11 +1205,11 @@ inline void bind_operands(Params& p, const at::Tensor& input, const at::Tensor& 
   p.y = output.data_ptr();
 }
 
-// kS2D: K <= 96 (NT8 = 8 or 12), one CTA per SM, 256-pixel tiles. Returns
-// false where the patch does not fit beside the weights and the staging rows
-// (at K = 96 and padding 2 from about 250 to 290 pixels of width on); the
-// gather kernel takes those.
-template <typename T, int NT8>
+// kS2D / kS2DL (NCHW / channels_last input): K <= 96 (NT8 = 8 or 12), one
+// CTA per SM, 256-pixel tiles. Returns false where the patch does not fit
+// beside the weights and the staging rows (at K = 96 and padding 2 from
+// about 250 to 290 pixels of width on); the gather kernel takes those.
+template <typename T, int MODE, int NT8>
 bool launch_s2d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias, int pad,
                 const at::Tensor& output) {
   const int N = input.size(0), H = input.size(2), W = input.size(3), K = weight.size(0);
@@ -1194,7 +1219,7 @@ bool launch_s2d(const at::Tensor& input, const at::Tensor& weight, const std::op
   p.PQ = P * Q;
   p.PW = Q + 2;  // blocks per patch row: outputs q read blocks q .. q + 2
   const auto* prop = at::cuda::getCurrentDeviceProperties();
-  constexpr int WB = wfrag_bytes<kS2D, NT8, true>();
+  constexpr int WB = wfrag_bytes<MODE, NT8, true>();
   p.MT = 256;
   const int srows = std::min(P, (Q - 1 + p.MT - 1) / Q + 1) + 2;
   const int64_t gs = (int64_t)srows * p.PW * 16;
@@ -1211,11 +1236,11 @@ bool launch_s2d(const at::Tensor& input, const at::Tensor& weight, const std::op
 
   auto stream = at::cuda::getCurrentCUDAStream();
   auto wbuf = at::empty({(int64_t)WB}, input.options().dtype(at::kByte));
-  prep_weights_gmma_kernel<T, kS2D, NT8><<<(WB / 16 + 255) / 256, 256, 0, stream>>>(
+  prep_weights_gmma_kernel<T, MODE, NT8><<<(WB / 16 + 255) / 256, 256, 0, stream>>>(
       static_cast<const T*>(weight.data_ptr()), K, static_cast<uint4*>(wbuf.data_ptr()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   bind_operands(p, input, wbuf, bias, output);
-  auto kern = conv11s4_fwd_s2d_kernel<T, NT8>;
+  auto kern = conv11s4_fwd_s2d_kernel<T, MODE, NT8>;
   allow_max_dynamic_smem(kern);
   const size_t smem = (size_t)p.stage + (size_t)NT8 * 8 * p.ls * sizeof(T);
   kern<<<(unsigned)std::min<int64_t>(total, prop->multiProcessorCount), kGThreads + kStoreThreads, smem, stream>>>(p);
@@ -1364,8 +1389,8 @@ bool dispatch_fp32(bool gmma, const at::Tensor& input, const at::Tensor& weight,
 
 // 16-bit types on wgmma with K <= 96, a 16-byte aligned output and two or
 // more 256-pixel tiles per SM run one CTA of four MMA warpgroups and a store
-// warpgroup per SM: the space-to-depth kernel for NCHW inputs of even
-// padding and width, else the gather kernel with the STAGED epilogue (see
+// warpgroup per SM: the space-to-depth kernel for inputs of even padding
+// and width (NCHW or channels_last), else the gather kernel with the STAGED epilogue (see
 // "Hopper path"). Gather kernel before and after staging, H200, batch
 // 256, K = 96: bf16 0.252 -> 0.228 ms NCHW, 0.266 -> 0.258 channels_last,
 // fp16 0.258 -> 0.234; K = 64 0.208 -> 0.186. Otherwise two CTAs of two
@@ -1384,12 +1409,13 @@ bool dispatch(bool gmma, const at::Tensor& input, const at::Tensor& weight, cons
     // (small batches were not timed with the staged kernel).
     const int64_t K = weight.size(0);
     if (gmma && K <= 96 && tiles >= 2 * num_sms && reinterpret_cast<uintptr_t>(output.data_ptr()) % 16 == 0) {
-      if constexpr (MODE == kHalfP) {
-        // the space-to-depth copy moves aligned 4-byte pairs of columns
-        if (input.size(3) % 2 == 0 && reinterpret_cast<uintptr_t>(input.data_ptr()) % 4 == 0) {
-          if (K <= 64 && launch_s2d<T, 8>(input, weight, bias, pad, output)) return true;
-          if (K > 64 && launch_s2d<T, 12>(input, weight, bias, pad, output)) return true;
-        }
+      // the space-to-depth copy moves aligned 4-byte words of input values
+      if (pad % 2 == 0 && input.size(3) % 2 == 0 && reinterpret_cast<uintptr_t>(input.data_ptr()) % 4 == 0) {
+        const bool done = nhwc ? (K <= 64 ? launch_s2d<T, kS2DL, 8>(input, weight, bias, pad, output)
+                                          : launch_s2d<T, kS2DL, 12>(input, weight, bias, pad, output))
+                               : (K <= 64 ? launch_s2d<T, kS2D, 8>(input, weight, bias, pad, output)
+                                          : launch_s2d<T, kS2D, 12>(input, weight, bias, pad, output));
+        if (done) return true;
       }
       if (K <= 64 && launch<T, MODE, 8, 2, true, 1, true>(input, weight, bias, pad, nhwc, output)) return true;
       if (K > 64 && launch<T, MODE, 12, 2, true, 1, true>(input, weight, bias, pad, nhwc, output)) return true;
