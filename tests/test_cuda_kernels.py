@@ -134,6 +134,20 @@ def test_weight_and_bias_grad_accuracy(shape, dtype, mode, bound, channels_last)
         assert rel_l2(g, r) <= bound, name
 
 
+# 16-bit channels_last inputs are transposed to NCHW for the weight gradient
+# (3 channels, H x W a multiple of 8: the operator's own 16-byte transpose;
+# otherwise contiguous()): the gradients are those of the NCHW input, bit for bit.
+@pytest.mark.parametrize("hw", [(64, 64), (97, 131)], ids=["transpose", "contiguous"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_weight_grad_channels_last_matches_nchw(hw, dtype):
+    h, w = hw
+    x, _, _ = make_inputs(6, 3, 96, h, w, dtype=dtype, device="cuda")
+    grad = torch.randn(6, 96, (h + 4 - 11) // 4 + 1, (w + 4 - 11) // 4 + 1, device="cuda").to(dtype)
+    want = torch.ops.alexop.conv11s4_backward_weight(grad, x, 2, True)
+    got = torch.ops.alexop.conv11s4_backward_weight(grad, x.to(memory_format=torch.channels_last), 2, True)
+    assert all(torch.equal(g, r) for g, r in zip(got, want))
+
+
 # The tensor-core input gradient serves batches whose tiles cover at least half
 # the SMs (batch >= 6 at 224x224 on a 132-SM H100/H200); smaller problems take
 # the cuBLAS + fold path, which the other backward tests cover.
