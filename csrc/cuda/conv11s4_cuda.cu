@@ -88,8 +88,8 @@ __global__ void nhwc3_to_nchw_kernel(const uint4* __restrict__ x, uint4* __restr
 // The 16-bit weight-gradient kernel reads NCHW rows in pairs; transposing a
 // channels_last input first costs less than its strided fallback. For the
 // 3-channel images it is built for this takes one pass of 16-byte loads and
-// stores (at batch 256, 224x224, bf16 on an H200, PyTorch's generic copy
-// added ~0.08 ms to a training step); any other layout takes contiguous().
+// stores: 0.035 ms against 0.102 for PyTorch's generic copy (batch 256,
+// 224x224, bf16, H200); any other layout takes contiguous().
 at::Tensor nchw_input(const at::Tensor& input) {
   const int64_t hw = input.size(2) * input.size(3);
   if (input.is_contiguous() || input.size(1) != 3 || input.element_size() != 2 ||
