@@ -1205,10 +1205,10 @@ void launch_wgrad_gmma(const at::Tensor& go, const at::Tensor& in, int64_t paddi
 }
 
 // The wgmma kernel where its copies apply: dy 16-byte aligned (staged by
-// 16-byte copies); 16-bit inputs NCHW with W even and 4-byte aligned (a
-// channels_last input copied to NCHW first ran no faster than the v1 kernel:
-// H200, batch 256, bf16, ~0.36 ms either way, each the difference of two
-// benchmark steps, from two runs on different cards). MODE as the kernel's.
+// 16-byte copies); 16-bit inputs NCHW with W even and 4-byte aligned (the
+// caller transposes channels_last inputs first: with its 16-byte transpose
+// the weight gradient takes 0.301 ms against 0.266 for NCHW, H200, batch
+// 256, bf16). MODE as the kernel's.
 template <typename T, int MODE>
 bool try_wgrad_gmma(const at::Tensor& go, const at::Tensor& in, int64_t padding, const at::Tensor& gw,
                     const std::optional<at::Tensor>& gb) {

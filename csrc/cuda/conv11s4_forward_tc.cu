@@ -49,13 +49,13 @@
 // weights (stored in wgmma's canonical layout), warpgroups of 64 pixels
 // (16-bit: one CTA of four plus a warpgroup that stores the outputs, staged
 // in shared memory, where K <= 96, else two CTAs of two per SM; fp32: one
-// CTA of four; 16-bit NCHW inputs of even padding and width with enough
-// tiles take the space-to-depth form of that kernel instead, see "Space-to-
-// depth path"). So does kAccurate with 65-96 channels and enough tiles to
-// fill the GPU, as two groups of 48 channels (big and small parts of B take
-// twice the bytes; see dispatch_fp32). kBf16x3 keeps the mma.sync kernel everywhere. That
-// kernel is compiled for every target; the wgmma code exists only in the
-// sm_90a pass.
+// CTA of four; 16-bit inputs, NCHW or channels_last, of even padding and
+// width with enough tiles take the space-to-depth form of that kernel
+// instead, see "Space-to-depth path"). So does kAccurate with 65-96 channels
+// and enough tiles to fill the GPU, as two groups of 48 channels (big and
+// small parts of B take twice the bytes; see dispatch_fp32). kBf16x3 keeps
+// the mma.sync kernel everywhere. That kernel is compiled for every target;
+// the wgmma code exists only in the sm_90a pass.
 
 #include "fast_kernels.h"
 #include "launch_utils.h"
@@ -122,8 +122,9 @@ struct Params {
   // staged 16-bit wgmma epilogue: byte offset of the staging rows in shared
   // memory and their stride in elements
   int stage, ls;
-  // kS2D: bytes of one 8-channel plane of the space-to-depth patch (PW is
-  // its row length in blocks, CS the bytes of one whole patch buffer)
+  // kS2D / kS2DL: bytes of one plane (8 of each block's 48 values) of the
+  // space-to-depth patch (PW is its row length in blocks, CS the bytes of
+  // one whole patch buffer)
   int gs;
 };
 
@@ -1397,8 +1398,8 @@ bool dispatch_fp32(bool gmma, const at::Tensor& input, const at::Tensor& weight,
 // 16-bit types on wgmma with K <= 96, a 16-byte aligned output and two or
 // more 256-pixel tiles per SM run one CTA of four MMA warpgroups and a store
 // warpgroup per SM: the space-to-depth kernel for inputs of even padding
-// and width (NCHW or channels_last), else the gather kernel with the STAGED epilogue (see
-// "Hopper path"). Gather kernel before and after staging, H200, batch
+// and width (NCHW or channels_last), else the gather kernel with the STAGED
+// epilogue (see "Hopper path"). Gather kernel before and after staging, H200, batch
 // 256, K = 96: bf16 0.252 -> 0.228 ms NCHW, 0.266 -> 0.258 channels_last,
 // fp16 0.258 -> 0.234; K = 64 0.208 -> 0.186. Otherwise two CTAs of two
 // warpgroups per SM, one patch buffer each, instead of one CTA of four with
