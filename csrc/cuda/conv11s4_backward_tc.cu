@@ -789,13 +789,13 @@ void dispatch_k(const at::Tensor& go, const at::Tensor& in, int64_t padding,
 //    into the CTA's partial every few units, since the tensor cores'
 //    accumulation truncates.
 // The kernel is bound by instruction issue and latency, not the tensor cores
-// (ncu, bf16, H200: 3 warps per scheduler, 0.39 issued per cycle, ~500
-// instructions per warp per row against ~1150 tensor-core cycles per row), so
-// the steady state carries the dy row start and the input rows' bases from
-// row to row instead of recomputing them in 64 bits, and re-lays dy out by
-// word loads: -5 to -10% for bf16, fp16, TF32 and 3xTF32 at K = 64
-// (interleaved runs, H200, batch 256), +1% for 3xTF32 at K = 96, where the
-// registers are full.
+// (ncu, bf16, H200: ~500 instructions per warp per output row at 3 warps per
+// scheduler, ~1500 issue cycles, against ~1150 tensor-core cycles; 0.39
+// issued per cycle), so the steady state carries the dy row start and the
+// input rows' bases from row to row instead of recomputing them in 64 bits,
+// and re-lays dy out by word loads. Alternating A/B runs (H200, batch 256):
+// bf16 and TF32 -5 to -10%, 3xTF32 -4% at K = 64 and +1% at K = 96, where
+// the registers are full.
 // Inputs: fp32 any strides (16-byte copies of input rows where NCHW, W % 4 ==
 // 0 and aligned, else 4-byte copies); 16-bit NCHW with W even (16-byte copies
 // where W % 8 == 0 and aligned, else 4-byte pairs); dy 16-byte aligned.
@@ -957,9 +957,14 @@ __global__ void __launch_bounds__(kGThreads, 1)
   else one = std::is_same_v<T, at::BFloat16> ? 0x3F80 : 0x3C00;
   for (int i = tid; i < G::kOnesLen; i += kGThreads) sme[G::kOnes + i] = one;
 
-  // dy: warp w < NT8 stages rows n = 8w + r7 (see DyRow). A unit's row
-  // starts Q elements after the previous output row's, so the start is
-  // carried from unit to unit rather than recomputed in 64 bits.
+  // Row-to-row state: a unit's dy row starts Q elements after the previous
+  // output row's, and its new input rows share the image-and-channel base and
+  // first column of the previous unit's, so the other modes carry these from
+  // unit to unit instead of recomputing them in 64 bits. 3xTF32 holds twice
+  // the A fragments and has no registers to spare: it recomputes them, and
+  // its A rows' ring offsets too (carried, they spilled).
+  constexpr bool kCarry = MODE != 0;
+  // dy: warp w < NT8 stages rows n = 8w + r7 (see DyRow).
   const bool dyw = warp < NT8;
   const int r7 = lane & 7, kq = lane >> 3;
   const int ndy = warp * 8 + r7;
@@ -977,13 +982,17 @@ __global__ void __launch_bounds__(kGThreads, 1)
     uint32_t dst;
     bool ok;
   };
-  auto row_of = [&](int64_t img, int qc, int p, int rb, int rr, int c) {
+  // A row's image-and-channel base and the lane's first column depend only
+  // on the image and q-chunk (row_of takes them as xc and iwl)
+  auto row_base = [&](int64_t img, int c) { return x + img * sN + c * sC; };
+  auto first_col = [&](int qc) { return 4 * qc * QC - pad - sh + EPU * lane; };
+  auto row_of = [&](const T* xc, int iwl, int p, int rb, int rr, int c) {
     Row r;
     const int ih = 4 * p - pad + rr;
     r.ok = ih >= 0 && ih < H;
     const int slot = (rb + rr) & (kRing - 1);
-    r.iwl = 4 * qc * QC - pad - sh + EPU * lane;
-    r.src = x + img * sN + c * sC + (int64_t)(r.ok ? ih : 0) * sH;
+    r.iwl = iwl;
+    r.src = xc + (int64_t)(r.ok ? ih : 0) * sH;
     r.dst = sbase + (uint32_t)EB * (c * CS + slot * RS) + (VEC ? 16u : 4u) * lane;
     return r;
   };
@@ -1003,7 +1012,8 @@ __global__ void __launch_bounds__(kGThreads, 1)
   };
   auto stage_rows = [&](int64_t img, int qc, int p, int rb, int first, int nrows) {
     for (int row = first + warp; row < first + nrows; row += kGThreads / 32) {
-      const Row r = row_of(img, qc, p, rb, row / kCin, row % kCin);
+      const int c = row % kCin;
+      const Row r = row_of(row_base(img, c), first_col(qc), p, rb, row / kCin, c);
 #pragma unroll
       for (int i = 0; i < NI; ++i) copy_row(r, i);
     }
@@ -1016,13 +1026,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
   const T* xs = x;
   int siwl = 0;
   auto stage_next_row = [&](int64_t img, int qc, int p1, int rb1) {
-    Row r;
-    const int ih = 4 * p1 - pad + srr;
-    r.ok = (unsigned)ih < (unsigned)H;
-    // 3xTF32 has no registers to spare: it recomputes them
-    r.iwl = MODE == 0 ? 4 * qc * QC - pad - sh + EPU * lane : siwl;
-    r.src = (MODE == 0 ? x + img * sN + sc * sC : xs) + (int64_t)(r.ok ? ih : 0) * sH;
-    r.dst = sbase + (uint32_t)EB * (sc * CS + ((rb1 + srr) & (kRing - 1)) * RS) + (VEC ? 16u : 4u) * lane;
+    const Row r = row_of(kCarry ? xs : row_base(img, sc), kCarry ? siwl : first_col(qc), p1, rb1, srr, sc);
 #pragma unroll
     for (int i = 0; i < NI; ++i) copy_row(r, i);
   };
@@ -1096,7 +1100,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
   int since_flush = FLUSH > 0 ? slice % FLUSH : 0;
   int rb = 0;
   bool loaded = false;
-  int64_t dstart = 0;  // this lane's dy row of unit u (3xTF32: recomputed, see stage_next_row)
+  int64_t dstart = 0;  // this lane's dy row of unit u (kCarry)
   int p = (int)(u0 % P), qc = (int)((u0 / P) % nQc);
   int64_t img = u0 / P / nQc;
   for (int64_t u = u0; u < u1; ++u) {
@@ -1108,8 +1112,8 @@ __global__ void __launch_bounds__(kGThreads, 1)
       // not prefetched (first unit, or a new image / q-chunk): all 11 rows
       __syncthreads();  // every warpgroup is done with unit u-1's rows
       dstart = dy_start(img, qc, p);
-      xs = x + img * sN + sc * sC;
-      siwl = 4 * qc * QC - pad - sh + EPU * lane;
+      xs = row_base(img, sc);
+      siwl = first_col(qc);
       if (dyw) copy_dy(dstart, buf, qvalid);
       stage_rows(img, qc, p, rb, 0, kCin * kKsz);
       cp_async_commit();
@@ -1130,8 +1134,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         int base = rbase[b][h], row = rrow[b][h];
-        if constexpr (MODE == 0) {
-          // 3xTF32 holds twice the A fragments: recomputing beats spilling
+        if constexpr (!kCarry) {
           const WindowColumn w = window_column(mrow0 + 64 * b + 8 * h, CS, sh, G::kOnes);
           base = w.base + (PIX / 2) * t;
           row = w.r;
@@ -1183,7 +1186,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
         if (st == 0 && next) {
           // prefetch the steady successor (next row: its dy rows, 4 new input
           // rows) while the tensor cores work
-          if constexpr (MODE == 0) dstart = dy_start(img, qc, p);
+          if constexpr (!kCarry) dstart = dy_start(img, qc, p);
           if (dyw) copy_dy(dstart + Q, buf ^ 1, qvalid);
           stage_next_row(img, qc, p + 1, rb + 4);
           cp_async_commit();
@@ -1199,7 +1202,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
       // retired by every warpgroup before this unit's barrier) while this
       // unit's last wgmmas run
       cp_async_wait_group<0>();
-      if constexpr (MODE == 0) dstart = dy_start(img, qc, p);
+      if constexpr (!kCarry) dstart = dy_start(img, qc, p);
       relayout(dstart + Q, buf ^ 1);
     }
     gmma_wait<0>();
