@@ -145,7 +145,7 @@ def variants(device, dtype, quick):
     if dtype == torch.float32:
         yield "alexop fp32 (default, fp32-accurate)", op, {"precision": "highest"}, False
         yield "alexop fp32 NHWC in", op, {"precision": "highest"}, True
-        yield "alexop bf16x3 (precision=high)", op, {"precision": "high"}, False
+        yield "alexop fp32 precision=high", op, {"precision": "high"}, False
         yield "alexop TF32 (precision=medium)", op, {"precision": "medium"}, False
         for tf32 in (True, False):
             for bench in ((False, True) if not quick else (False,)):
@@ -175,7 +175,7 @@ def plot(rows, path):
         key = f"N={r['batch']} K={r['c_out']} {r['dtype']} {r['step']}"
         entry = groups.setdefault(key, {"alexop": None, "best baseline": None})
         slot = "alexop" if r["impl"].startswith("alexop") else "best baseline"
-        if r["impl"].startswith(("alexop TF32", "alexop bf16x3")) or "NHWC in" in r["impl"]:
+        if r["impl"].startswith(("alexop TF32", "alexop fp32 precision=high")) or "NHWC in" in r["impl"]:
             continue
         if entry[slot] is None or r["ms"] < entry[slot]:
             entry[slot] = r["ms"]
