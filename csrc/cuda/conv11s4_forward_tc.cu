@@ -969,10 +969,17 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
     else __syncthreads();
     const TileGeom tg = tile_geom(p, tile);
     const int next = tile + gridDim.x;
-    // 3xFP16: the outputs come out scaled by 2^(ta + tw)
-    [[maybe_unused]] float unscale = 1.f;
-    if constexpr (MODE == kH3)
-      unscale = ldexpf(1.f, -(tw + split_patch_fp16<NTHR>(p, tg, patch0, reinterpret_cast<float*>(smem + p.stage))));
+    // 3xFP16: the outputs come out scaled by 2^(ta + tw), up to 2^254 either
+    // way, so they are scaled back by two normal powers of two (exact: the
+    // intermediate lies between the accumulator and the output); -(ta + tw)
+    // below -252 leaves nothing above fp32's smallest value anyway
+    [[maybe_unused]] float unscale1 = 1.f, unscale2 = 1.f;
+    if constexpr (MODE == kH3) {
+      const int ta = split_patch_fp16<NTHR>(p, tg, patch0, reinterpret_cast<float*>(smem + p.stage));
+      const int e = max(-(ta + tw), -252), e1 = e / 2;
+      unscale1 = pow2f(e1);
+      unscale2 = pow2f(e - e1);
+    }
     if constexpr (NBUF == 2) {
       if (next < p.total_tiles)
         load_patch<T, NWARPS>(p, tile_geom(p, next), patch0 + (buf ^ 1) * buf_elems, warp, lane);
@@ -1065,7 +1072,7 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
       for (int i = 0; i < NACC; ++i) pin(acc[i]);
       if constexpr (MODE == kH3) {
 #pragma unroll
-        for (int i = 0; i < NACC; ++i) acc[i] *= unscale;
+        for (int i = 0; i < NACC; ++i) acc[i] = acc[i] * unscale1 * unscale2;
       }
     }
 
