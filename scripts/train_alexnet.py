@@ -64,8 +64,8 @@ The check is
 
     max over steps t of |loss_conv2d(t) - loss_alexop(t)| / loss_conv2d(t) <= bound
 
-* float32 (the CPU; CUDA with ``--no-tf32``, where alexop runs 3xTF32 and
-  cuDNN true float32): bound 1e-3. Float32 conv1 outputs and gradients agree
+* float32 (the CPU; CUDA with ``--no-tf32``, where alexop runs 3xTF32, or
+  3xFP16 for the Hopper forward, and cuDNN true float32): bound 1e-3. Float32 conv1 outputs and gradients agree
   to a relative ~1e-6 (unit roundoff 6e-8, sums of 363 to ~1e5 terms in
   different orders). SGD responds about linearly to such a perturbation, but
   training amplifies it over the steps. Measured on the CPU: 63x63 images,
@@ -78,7 +78,8 @@ The check is
   output or a wrong gradient of any size within a step or two.
 * TF32 (the default on CUDA: cudnn.allow_tf32 and
   ``torch.set_float32_matmul_precision("high")``, under which alexop runs its
-  bf16x3 forward and TF32 weight gradient, and the classifier's matmuls use
+  bf16x3 forward (3xFP16 on Hopper where that runs) and TF32 weight
+  gradient, and the classifier's matmuls use
   TF32): bound 5e-2. TF32 keeps a 10-bit mantissa (unit roundoff 2^-11 =
   4.9e-4), so conv1 outputs and gradients from two kernels that round
   differently (cuDNN TF32 against alexop's kernels) differ element-wise by
