@@ -1514,12 +1514,13 @@ bool dispatch_k(const at::Tensor& input, const at::Tensor& weight, const std::op
 // splitting channels 1 and 2 during the MMAs of channel 0, where they are
 // not yet read, measured no faster (0.486): the MMA loop is bound by issue
 // and latency, so the split's instructions cost the same there. For the same
-// reason one scaled fp16 product in place of TF32 ran no faster at K = 96
-// (0.485 vs 0.394 ms), so TF32 keeps its own kernel.
+// reason one scaled fp16 product in place of TF32 ran slower at K = 96 (0.485
+// vs 0.394 ms; at K = 64 0.333 vs 0.346), so TF32 keeps its own kernel.
 //
 // 3xTF32 on wgmma (sm_90a), where the patch is too wide for kH3: the big
-// and small parts of B, both resident, take twice the fp32 bytes, so 48 channels fit beside a patch and K = 96
-// runs as two groups of CTAs, each repeating the patch copy and gather.
+// and small parts of B, both resident, take twice the fp32 bytes, so 48
+// channels fit beside a patch and K = 96 runs as two groups of CTAs, each
+// repeating the patch copy and gather.
 // Measured on an H200 against the mma.sync kernel: 0.862 vs 0.993 ms at
 // batch 256, 0.038 vs 0.042 at batch 4, even at batch 2; for K = 64 (two
 // groups of 32 against one CTA of 64) slower, 0.778 vs 0.736 ms.
