@@ -67,8 +67,9 @@ The check is
 * float32 (the CPU; CUDA with ``--no-tf32``, where alexop runs 3xTF32, or
   3xFP16 for the Hopper forward, and cuDNN true float32): bound 1e-3.
   Float32 conv1 outputs and gradients agree to a relative ~1e-6 (unit
-  roundoff 6e-8, sums of 363 to ~1e5 terms in different orders). SGD responds about linearly to such a perturbation, but
-  training amplifies it over the steps. Measured on the CPU: 63x63 images,
+  roundoff 6e-8, sums of 363 to ~1e5 terms in different orders). SGD
+  responds about linearly to such a perturbation, but training amplifies it
+  over the steps. Measured on the CPU: 63x63 images,
   classifier width 256, batch 32, 16-20 steps: max 1e-7 to 3e-7 (lr 2 to 10,
   i.e. the rounding of the loss itself); 127x127, width 4096, batch 32, 20
   steps: 3.6e-5 at lr 2 (the default), 3.8e-4 at lr 5; 224x224, width 4096,
