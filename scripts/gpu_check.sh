@@ -38,6 +38,11 @@ for dt in (torch.float32, torch.bfloat16):
 # the fp32-accurate Hopper forward (3xFP16) from 36 tiles (batch 3 at 224x224), both layouts, 64 and 96 filters
 alexop.conv11s4(torch.rand(3, 3, 224, 224, device="cuda"), w, b)
 alexop.conv11s4(torch.rand(3, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last), w[:64], b[:64])
+# the fp32-accurate Hopper weight gradient (3xFP16; also run above): channels_last with 64 filters, and
+# rows growing over six decades, which start new runs at new scales
+wg = torch.ops.alexop.conv11s4_backward_weight
+wg(torch.randn(2, 64, 55, 55, device="cuda"), torch.rand(2, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last), 2, True)
+wg(torch.randn(2, 96, 55, 55, device="cuda"), torch.rand(2, 3, 224, 224, device="cuda") * 10 ** torch.linspace(-3, 3, 224, device="cuda").view(224, 1), 2, True)
 torch.cuda.synchronize(); print("ok")'
 for tool in memcheck racecheck; do
   timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 -c "$small" >> "$OUT/sanitizer.log" 2>&1

@@ -225,6 +225,51 @@ def test_forward_fp32_accuracy_across_value_scales(values):
     torch.testing.assert_close(out.double().cpu(), ref, atol=1e-4 * scale, rtol=1e-4)
 
 
+# The fp32-accurate weight gradient on Hopper (3xFP16) scales the images and
+# grad_output by powers of two per run of output rows, taken from the run's
+# first row and taken again wherever a later row leaves their range: values
+# far from 1 either way, six decades within each tensor, images (and their
+# gradients) spanning eight decades, rows growing over six decades down the
+# image, a bright spot in a dark image, and nearly constant images all keep
+# fp32-level accuracy in both gradients.
+@pytest.mark.parametrize(
+    "values",
+    ["huge", "tiny", "six_decades", "images_over_8_decades", "rows_over_6_decades", "dark_with_spot",
+     "nearly_constant"],
+)
+def test_weight_grad_fp32_accuracy_across_value_scales(values):
+    n, k, h, w, p = 8, 96, 224, 224, 2
+    x, _, _ = make_inputs(n, 3, k, h, w, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(1)
+    grad = torch.randn(n, k, 55, 55, device="cuda", generator=g)
+    decades = lambda lo, hi, m, shape: 10 ** torch.linspace(lo, hi, m, device="cuda").view(shape)  # noqa: E731
+    if values == "huge":
+        x, grad = x * 1e18, grad * 1e17
+    elif values == "tiny":
+        x, grad = x * 1e-20, grad * 1e-15
+    elif values == "six_decades":
+        x = x * 10 ** (6 * torch.rand(x.shape, device="cuda", generator=g) - 3)
+        grad = grad * 10 ** (6 * torch.rand(grad.shape, device="cuda", generator=g) - 3)
+    elif values == "images_over_8_decades":
+        x = x * decades(-4, 4, n, (n, 1, 1, 1))
+        grad = grad * decades(4, -4, n, (n, 1, 1, 1))
+    elif values == "rows_over_6_decades":
+        x = x * decades(-3, 3, h, (1, 1, h, 1))
+        grad = grad * decades(3, -3, 55, (1, 1, 55, 1))
+    elif values == "dark_with_spot":
+        x = x * 1e-6
+        x[:, :, 100:110, 100:110] = 1e3
+    else:
+        x = 1 + 1e-3 * x
+    want_w = torch.nn.grad.conv2d_weight(x.double().cpu(), (k, 3, 11, 11), grad.double().cpu(), stride=4, padding=p)
+    want_b = grad.double().cpu().sum((0, 2, 3))
+    got = torch.ops.alexop.conv11s4_backward_weight(grad, x, p, True)
+    for out, ref, name in zip(got, (want_w, want_b), ("weight", "bias")):
+        assert rel_l2(out, ref) <= 1e-5, name
+        scale = ref.abs().max().item()
+        torch.testing.assert_close(out.double().cpu(), ref, atol=1e-4 * scale, rtol=1e-4, msg=name)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_bitwise_reproducible(dtype):
     x, wt, b = make_inputs(32, 3, 96, 224, 224, dtype=dtype, device="cuda")

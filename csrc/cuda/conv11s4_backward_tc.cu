@@ -12,9 +12,9 @@
 //
 // Kernels, newest first:
 //  - wgrad_gmma_kernel (sm_90a builds on sm_90 devices, K = 64 or 96; fp32
-//    and 16-bit in one body): the same split-K units and reduce, the GEMM on
-//    wgmma; see "Hopper" below.
-//  - wgrad_f32_kernel: fp32 (3xTF32 or TF32). cp.async 4-byte copies, the next
+//    as 3xFP16 or TF32, and 16-bit, in one body): the same split-K units and
+//    reduce, the GEMM on wgmma; see "Hopper" below.
+//  - wgrad_f32_kernel: fp32 (3xTF32 or TF32) elsewhere. cp.async 4-byte copies, the next
 //    row prefetched while the current one is multiplied; input rows kept in a
 //    16-row ring so consecutive output rows load only 4 new input rows.
 //  - wgrad_h16_kernel: bf16/fp16, same pipeline with 4-byte pair copies
@@ -760,7 +760,7 @@ void dispatch_k(const at::Tensor& go, const at::Tensor& in, int64_t padding,
 }
 
 // ===========================================================================
-// Hopper (sm_90a) weight grad on wgmma: one kernel for fp32 (3xTF32, TF32)
+// Hopper (sm_90a) weight grad on wgmma: one kernel for fp32 (3xFP16, TF32)
 // and bf16/fp16.
 //
 // GEMM D[m][k] = sum_l A[m][l] * B[l][k]: m = im2col row (c, r, s) of the
@@ -768,9 +768,9 @@ void dispatch_k(const at::Tensor& go, const at::Tensor& in, int64_t padding,
 // 384 = 6 m64 blocks), k = output channel (N = K = 64 or 96), l = pixel. One
 // CTA per SM, 3 warpgroups; warpgroup wg owns rows [128 wg, 128 wg + 128) as
 // two m64 blocks (2 x K/2 fp32 accumulators per thread). Units (img, q-chunk,
-// output row p) of 56 (fp32: 7 k8 steps) or 64 pixels (16-bit: 4 k16 steps),
-// split-K over the SMs exactly like the mma.sync kernels (same workspace,
-// same reduce).
+// output row p) of 56 (TF32: 7 k8 steps) or 64 pixels (3xFP16, 16-bit: 4 k16
+// steps), split-K over the SMs exactly like the mma.sync kernels (same
+// workspace, same reduce).
 //  - A (input window) from registers, gathered from the 16-row input ring in
 //    shared memory that the mma.sync kernels use (fp32: the v2 patch, 16-bit:
 //    the v3 patch), by the same kind of cp.async pipeline: the next row's 4
@@ -782,20 +782,27 @@ void dispatch_k(const at::Tensor& go, const at::Tensor& in, int64_t padding,
 //    from the 16-byte boundary at or before their start (DyRow) and one pass
 //    per warp shifts them into the core matrices, since the tensor cores
 //    cannot shift.
-//  - TF32: A rounded in registers, B rounded by that pass. 3xTF32: B raw (the
-//    tensor core reads its top 19 bits = big) plus a small = B - big copy
-//    written by that pass; A split in registers; per k step lo*big,
-//    big*small, big*big. The registers are flushed (round-to-nearest adds)
-//    into the CTA's partial every few units, since the tensor cores'
-//    accumulation truncates.
+//  - TF32: A rounded in registers, B rounded by that pass.
+//  - 3xFP16 (the fp32-accurate mode; it replaced 3xTF32 here: 0.57 against
+//    0.74 ms, H200, batch 256, with half the error): as in the forward, both
+//    operands are scaled by powers of two and split into fp16 hi and lo
+//    parts, and three fp16 wgmmas per k16 step (lo*hi, hi*lo, hi*hi) give
+//    the 22 bits of each operand at twice TF32's rate. The scales are taken
+//    per run of rows (see the kernel). The input rows are split in place in
+//    the ring once they arrive, each word becoming its (hi, lo) fp16 pair, so
+//    the gather forms A's hi and lo fragments by two byte permutes; that
+//    pass writes dy's hi and lo parts to two B buffers. The registers are
+//    flushed (scaled back, round-to-nearest reductions) into the CTA's
+//    partial every few units, since the tensor cores' accumulation
+//    truncates.
 // The kernel is bound by instruction issue and latency, not the tensor cores
 // (ncu, bf16, H200: ~500 instructions per warp per output row at 3 warps per
 // scheduler, ~1500 issue cycles, against ~1150 tensor-core cycles; 0.39
 // issued per cycle), so the steady state carries the dy row start and the
 // input rows' bases from row to row instead of recomputing them in 64 bits,
-// and re-lays dy out by word loads. Alternating A/B runs (H200, batch 256):
-// bf16 and TF32 -5 to -10%, 3xTF32 -4% at K = 64 and +1% at K = 96, where
-// the registers are full.
+// and re-lays dy out by word loads (alternating A/B runs, H200, batch 256:
+// bf16 and TF32 -5 to -10%); 3xFP16, whose registers are full, recomputes
+// them.
 // Inputs: fp32 any strides (16-byte copies of input rows where NCHW, W % 4 ==
 // 0 and aligned, else 4-byte copies); 16-bit NCHW with W even (16-byte copies
 // where W % 8 == 0 and aligned, else 4-byte pairs); dy 16-byte aligned.
@@ -803,8 +810,8 @@ void dispatch_k(const at::Tensor& go, const at::Tensor& in, int64_t padding,
 constexpr int kGThreads = 384;  // 3 warpgroups
 constexpr int kSR = 68;         // fp32 staging row stride: 16 B mod 128, 8-row LDS.128 conflict-free
 
-// Per element type: the patch and unit geometry.
-template <typename T>
+// Per element type and mode: the patch and unit geometry.
+template <typename T, int MODE>
 struct GmmaGeo {  // bf16 / fp16: the v3 patch
   using S = uint16_t;                 // shared-memory word of the patch
   static constexpr int kQC = kQC3, kPix = 16, kJW = kJW3, kRS = kRS3, kCS = kCS3, kOnes = kOnes3;
@@ -812,36 +819,52 @@ struct GmmaGeo {  // bf16 / fp16: the v3 patch
   static constexpr int kLD = kLDA3;   // staging row stride (elements)
 };
 template <>
-struct GmmaGeo<float> {  // the v2 patch
+struct GmmaGeo<float, 1> {  // TF32: the v2 patch
   using S = float;
   static constexpr int kQC = kQC2, kPix = 8, kJW = kJW2, kRS = kRS2, kCS = kCS2, kOnes = kOnes2;
   static constexpr int kOnesLen = 4 * kQC2;
   static constexpr int kLD = kSR;
 };
+// 3xFP16: the v2 ring with the 16-bit units (4 k16 steps, 64 pixels). Its
+// 32-bit words hold an input element's fp16 hi (low half) and lo (high
+// half) once the rows are split in place.
+template <>
+struct GmmaGeo<float, 3> {
+  using S = float;
+  static constexpr int kQC = kQC3, kPix = 16, kJW = 4 * kQC3 + 8, kRS = 280, kCS = kRing * kRS, kOnes = kCin * kCS;
+  static constexpr int kOnesLen = 4 * kQC3 + 16;
+  static constexpr int kLD = kSR;
+};
 // The ones follow the ring; a row's 16-byte copies and a dy row's staged
 // chunks fit their row strides.
-template <typename T>
+template <typename T, int MODE>
 constexpr bool gmma_geo_ok() {
-  using G = GmmaGeo<T>;
+  using G = GmmaGeo<T, MODE>;
   constexpr int epc = 16 / (int)sizeof(T);
   return G::kOnes == kCin * G::kCS && (G::kJW + 2 * (epc - 1)) / epc * epc <= G::kRS &&
          (G::kQC / epc + 1) * epc <= G::kLD;
 }
-static_assert(gmma_geo_ok<float>() && gmma_geo_ok<at::Half>() && gmma_geo_ok<at::BFloat16>(),
+static_assert(gmma_geo_ok<float, 1>() && gmma_geo_ok<float, 3>() && gmma_geo_ok<at::Half, 2>() &&
+                  gmma_geo_ok<at::BFloat16, 2>(),
               "wgmma weight-gradient geometry");
-template <typename T>
+template <typename T, int MODE>
 constexpr int gpatch_bytes() {
-  return ((GmmaGeo<T>::kOnes + GmmaGeo<T>::kOnesLen) * (int)sizeof(T) + 127) / 128 * 128;  // ring + ones
+  using G = GmmaGeo<T, MODE>;
+  return ((G::kOnes + G::kOnesLen) * (int)sizeof(T) + 127) / 128 * 128;  // ring + ones
 }
-template <typename T, int NT8>
-constexpr int gstg_bytes() { return 2 * NT8 * 8 * GmmaGeo<T>::kLD * (int)sizeof(T); }  // staged dy rows [2][K]
-template <typename T, int NT8>
-constexpr int gdy_bytes() { return GmmaGeo<T>::kQC / GmmaGeo<T>::kPix * NT8 * 256; }  // one canonical B
-// 3xTF32 keeps a small-part copy of each B buffer
+template <typename T, int MODE, int NT8>  // staged dy rows [2][K]
+constexpr int gstg_bytes() { return 2 * NT8 * 8 * GmmaGeo<T, MODE>::kLD * (int)sizeof(T); }
+template <typename T, int MODE, int NT8>  // one canonical B
+constexpr int gdy_bytes() { return GmmaGeo<T, MODE>::kQC / GmmaGeo<T, MODE>::kPix * NT8 * 256; }
+// 3xFP16 keeps a lo-part copy of each B buffer, the warps' maxima of |x|
+// and |dy| (kGThreads / 32 floats each) and 6 scale factors
 template <typename T, int MODE, int NT8>
-constexpr int gsmem_bytes() { return gpatch_bytes<T>() + gstg_bytes<T, NT8>() + (MODE == 0 ? 4 : 2) * gdy_bytes<T, NT8>(); }
-static_assert(gstg_bytes<float, 8>() % 128 == 0 && gstg_bytes<float, 12>() % 128 == 0 &&
-                  gstg_bytes<at::Half, 8>() % 128 == 0 && gstg_bytes<at::Half, 12>() % 128 == 0,
+constexpr int gsmem_bytes() {
+  return gpatch_bytes<T, MODE>() + gstg_bytes<T, MODE, NT8>() + (MODE == 3 ? 4 : 2) * gdy_bytes<T, MODE, NT8>() +
+         (MODE == 3 ? (2 * kGThreads / 32 + 6) * 4 : 0);
+}
+static_assert(gstg_bytes<float, 1, 8>() % 128 == 0 && gstg_bytes<float, 1, 12>() % 128 == 0 &&
+                  gstg_bytes<at::Half, 2, 8>() % 128 == 0 && gstg_bytes<at::Half, 2, 12>() % 128 == 0,
               "dy buffers 128-byte aligned");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // used by the wgmma kernel only
@@ -877,38 +900,45 @@ struct DyRow {
 
 #endif
 
-// Adds (add) or stores the accumulators into the CTA's partial [K][kNW], then
-// zeroes them. Each partial element belongs to one thread of one CTA, so the
-// read-modify-write needs no atomics and runs in a fixed order. The loads go
-// out 8 at a time before their adds and stores: one at a time, each flush
-// would wait out ~100 serial L2 round trips.
-template <int NT8>
-__device__ __forceinline__ void gflush(float (&acc)[2][NT8 * 4], float* wsl, int mrow0, int t, bool add) {
-  static_assert(NT8 % 2 == 0, "chunks of 2 n8 tiles");
-  auto at = [&](int b, int j, int e) -> float* {
-    const int m = mrow0 + b * 64 + 8 * (e >> 1);
-    return m < kNW ? wsl + (8 * j + 2 * t + (e & 1)) * kNW + m : nullptr;
-  };
+// Stores (add = false) or adds the accumulators into the CTA's partial
+// [K][kNW], then zeroes them. The adds are reductions (red.global.add.f32,
+// round to nearest): the flush issues them and goes on, where loading the
+// partial first had it wait on L2 (the partials of all slices outgrow what
+// stays in L2 beside the streamed inputs). Each partial element belongs to
+// one thread of one CTA, whose operations on one address take effect in
+// program order, so every sum has a fixed order (deterministic). UNSCALE
+// (3xFP16): the accumulators are scaled back first, by un[0] * un[1] (weight
+// rows) or un[2] * un[3] (the bias row).
+template <int NT8, bool UNSCALE>
+__device__ __forceinline__ void gflush(float (&acc)[2][NT8 * 4], float* wsl, int mrow0, int t, bool add,
+                                       const float* un) {
 #pragma unroll
   for (int b = 0; b < 2; ++b)
 #pragma unroll
-    for (int j0 = 0; j0 < NT8; j0 += 2) {
-      float old[8];
+    for (int h = 0; h < 2; ++h) {
+      const int m = mrow0 + b * 64 + 8 * h;
+      if (m < kNW) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float* p = at(b, j0 + i / 4, i % 4);
-        old[i] = (add && p != nullptr) ? *p : 0.f;
+        for (int j = 0; j < NT8; ++j)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float* p = wsl + (8 * j + 2 * t + c) * kNW + m;
+            // two factors: their product may leave fp32's range
+            float v = acc[b][4 * j + 2 * h + c];
+            if constexpr (UNSCALE) v = m == kNcol ? v * un[2] * un[3] : v * un[0] * un[1];
+            if (add) {
+              asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(v) : "memory");
+            } else {
+              *p = v;
+            }
+          }
       }
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        float* p = at(b, j0 + i / 4, i % 4);
-        if (p != nullptr) *p = old[i] + acc[b][4 * (j0 + i / 4) + i % 4];
-        acc[b][4 * (j0 + i / 4) + i % 4] = 0.f;
-      }
+      for (int j = 0; j < NT8; ++j) acc[b][4 * j + 2 * h] = acc[b][4 * j + 2 * h + 1] = 0.f;
     }
 }
 
-// T = float (MODE 0: 3xTF32, 1: TF32) or bf16/fp16 (MODE 2). VEC: input
+// T = float (MODE 1: TF32, 3: 3xFP16) or bf16/fp16 (MODE 2). VEC: input
 // rows by 16-byte copies (column j of a stage at j + sh, sh = -pad mod the
 // elements per copy); else by 4-byte copies (fp32: one element, any strides;
 // 16-bit: a pair, sh = pad & 1).
@@ -918,10 +948,11 @@ __global__ void __launch_bounds__(kGThreads, 1)
                       int64_t sW, int K, int H, int W, int P, int Q, int pad, int nQc, int64_t U, int S,
                       float* __restrict__ ws) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using G = GmmaGeo<T>;
+  using G = GmmaGeo<T, MODE>;
   using E = typename G::S;
   constexpr bool F32 = std::is_same_v<T, float>;
-  using TA = std::conditional_t<F32, float, MmaType<T>>;
+  constexpr bool H3 = MODE == 3;
+  using TA = std::conditional_t<H3, __half, std::conditional_t<F32, float, MmaType<T>>>;
   constexpr int QC = G::kQC, PIX = G::kPix, RS = G::kRS, CS = G::kCS;
   constexpr int EB = (int)sizeof(T);
   constexpr int EPC = 16 / EB;                    // elements per 16-byte copy
@@ -929,9 +960,9 @@ __global__ void __launch_bounds__(kGThreads, 1)
   constexpr int NACC = NT8 * 4;
   constexpr int MH = NT8 * 8;                     // = K
   constexpr int STEPS = QC / PIX;
-  constexpr int PB = gpatch_bytes<T>();
-  constexpr int STG = gstg_bytes<T, NT8>();
-  constexpr int DYB = gdy_bytes<T, NT8>();
+  constexpr int PB = gpatch_bytes<T, MODE>();
+  constexpr int STG = gstg_bytes<T, MODE, NT8>();
+  constexpr int DYB = gdy_bytes<T, MODE, NT8>();
   constexpr int STEPB = NT8 * 256;
   constexpr int NCHK = QC / EPC;                  // 16-byte chunks of a unit's dy row
   constexpr int NCH = NCHK + 1;                   // staged per dy row (it may start mid-chunk)
@@ -943,7 +974,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
   E* sme = reinterpret_cast<E*>(smgw);
   unsigned char* smb = reinterpret_cast<unsigned char*>(smgw);
   const uint32_t stg0 = sbase + PB;         // staged dy rows [2][K][kLD]
-  const uint32_t dyb0 = stg0 + STG;         // canonical B [2] (+ small parts [2], 3xTF32)
+  const uint32_t dyb0 = stg0 + STG;         // canonical B [2] (+ lo parts [2], 3xFP16)
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -953,17 +984,33 @@ __global__ void __launch_bounds__(kGThreads, 1)
   const int sh = (-pad) & (EPU - 1);
 
   E one;
-  if constexpr (F32) one = 1.f;
+  if constexpr (H3) one = __uint_as_float(0x3C00u);  // fp16 hi 1, lo 0
+  else if constexpr (F32) one = 1.f;
   else one = std::is_same_v<T, at::BFloat16> ? 0x3F80 : 0x3C00;
   for (int i = tid; i < G::kOnesLen; i += kGThreads) sme[G::kOnes + i] = one;
+
+  // 3xFP16 scales x by 2^tx and dy by 2^tdy. A run (the units from one full
+  // staging to the next: one image's rows of one q-chunk, within the slice)
+  // takes them from its first unit's largest finite magnitudes, which they
+  // put in [2^13, 2^14): one binade below fp16_exp's, as later rows may be
+  // larger. A later unit whose new values would reach 2^15 or fall below 2^6
+  // starts a new run (ovf), so every unit's scaled values stay in fp16's
+  // range. The accumulators are scaled back at each flush, and a run flushes
+  // them before it changes the scales. scl, in shared memory as the
+  // registers are all taken: x's and dy's scale, then the weight rows' and
+  // the bias row's unscale, each as two normal factors (tx + tdy reaches
+  // +-254). red: the block maxima.
+  float* const red = reinterpret_cast<float*>(smb + PB + STG + 4 * DYB);
+  float* const scl = red + 2 * kGThreads / 32;
+  auto out_of_range = [](float m, float s) { return m > 0.f && !(m * s >= 64.f && m * s < 32768.f); };
 
   // Row-to-row state: a unit's dy row starts Q elements after the previous
   // output row's, and its new input rows share the image-and-channel base and
   // first column of the previous unit's, so the other modes carry these from
-  // unit to unit instead of recomputing them in 64 bits. 3xTF32 holds twice
+  // unit to unit instead of recomputing them in 64 bits. 3xFP16 holds twice
   // the A fragments and has no registers to spare: it recomputes them, and
-  // its A rows' ring offsets too (carried, they spilled).
-  constexpr bool kCarry = MODE != 0;
+  // its A rows' ring offsets too (carried, they spilled in 3xTF32).
+  constexpr bool kCarry = !H3;
   // dy: warp w < NT8 stages rows n = 8w + r7 (see DyRow).
   const bool dyw = warp < NT8;
   const int r7 = lane & 7, kq = lane >> 3;
@@ -1030,6 +1077,44 @@ __global__ void __launch_bounds__(kGThreads, 1)
 #pragma unroll
     for (int i = 0; i < NI; ++i) copy_row(r, i);
   };
+  // 3xFP16, once they have arrived: the words this lane copied into ring
+  // slot `slot` of channel c. row_max grows m by their finite magnitudes;
+  // split_row scales and splits them in place (zero-filled ones stay zero)
+  // and returns m grown by their magnitudes.
+  auto own_words = [&](int c, int slot, auto&& f) {
+    unsigned char* dst = smb + EB * (c * CS + slot * RS) + (VEC ? 16 : 4) * lane;
+#pragma unroll
+    for (int i = 0; i < NI; ++i)
+      if (i < NI - 1 || lane + 32 * i < NPC) f(dst + (VEC ? 512 : 128) * i);
+  };
+  auto row_max = [&](float m, int c, int slot) {
+    own_words(c, slot, [&](unsigned char* w) {
+      if constexpr (VEC) {
+        const float4 u = *reinterpret_cast<const float4*>(w);
+        m = max_finite_abs(max_finite_abs(max_finite_abs(max_finite_abs(m, u.x), u.y), u.z), u.w);
+      } else {
+        m = max_finite_abs(m, *reinterpret_cast<const float*>(w));
+      }
+    });
+    return m;
+  };
+  auto split_row = [&](float m, int c, int slot) {
+    const float sx = scl[0];
+    own_words(c, slot, [&](unsigned char* w) {
+      if constexpr (VEC) {
+        const float4 u = *reinterpret_cast<const float4*>(w);
+        m = fmaxf(fmaxf(m, fmaxf(fabsf(u.x), fabsf(u.y))), fmaxf(fabsf(u.z), fabsf(u.w)));
+        *reinterpret_cast<uint4*>(w) = split_fp16_words(u, sx);
+      } else {
+        const float v = *reinterpret_cast<const float*>(w);
+        uint32_t hi, lo;
+        m = fmaxf(m, fabsf(v));
+        split_fp16x2(sx * v, 0.f, hi, lo);
+        *reinterpret_cast<uint32_t*>(w) = __byte_perm(hi, lo, 0x5410);
+      }
+    });
+    return m;
+  };
 
   // rows of this thread: mrow0 + 64 b + 8 h (im2col row m = (c, r, s), or ones)
   const int mrow0 = wg * 128 + wq * 16 + g;
@@ -1043,11 +1128,29 @@ __global__ void __launch_bounds__(kGThreads, 1)
       rrow[b][h] = w.r;
     }
 
+  // 3xFP16's run start: the largest finite |dy| of this lane's staged chunks
+  // (as relayout reads them)
+  auto dy_max = [&](int64_t start, int buf) {
+    float m = 0.f;
+    if (dyw) {
+      const float* roww = reinterpret_cast<const float*>(smb + PB + EB * (buf * MH + ndy) * G::kLD) +
+                          (int)(start & (EPC - 1));
+#pragma unroll
+      for (int i = 0; i < (NCHK + 3) / 4; ++i)
+        if (4 * i + 3 < NCHK || kq + 4 * i < NCHK)
+#pragma unroll
+          for (int k = 0; k < EPC; ++k) m = max_finite_abs(m, roww[EPC * (kq + 4 * i) + k]);
+    }
+    return m;
+  };
+  // Returns the largest |dy| it split (3xFP16; else 0).
   auto relayout = [&](int64_t start, int buf) {
+    float m = 0.f;
     if (dyw) {
       // This warp's staged rows -> its channel group's core matrices, with the
-      // TF32 rounding (TF32) or the small part (3xTF32; the tensor core reads
-      // big = the top 19 bits of the raw copy). Lane (r7, kq): chunks kq + 4 i.
+      // TF32 rounding (TF32) or scaled and split into fp16 hi and lo parts
+      // (3xFP16: a chunk of 4 is half a core-matrix row). Lane (r7, kq):
+      // chunks kq + 4 i.
       __syncwarp();
       // Chunk c is staged elements [EPC c + shd, + EPC): read as words from
       // word (EPC c + shd) * EB / 4 on (16-bit: one more, and a funnel shift
@@ -1069,17 +1172,28 @@ __global__ void __launch_bounds__(kGThreads, 1)
             v = make_uint4(__funnelshift_r(w[0], w[1], f), __funnelshift_r(w[1], w[2], f),
                            __funnelshift_r(w[2], w[3], f), __funnelshift_r(w[3], w4, f));
           }
-          const int o = PB + STG + buf * DYB + (c >> 1) * STEPB + warp * 256 + (c & 1) * 128 + r7 * 16;
-          if constexpr (MODE == 0) {
-            *reinterpret_cast<uint4*>(smb + o + 2 * DYB) =
-                make_uint4(tf32_small(v.x), tf32_small(v.y), tf32_small(v.z), tf32_small(v.w));
-          } else if constexpr (MODE == 1) {
-            v = make_uint4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
+          if constexpr (H3) {
+            const int o = PB + STG + buf * DYB + (c >> 2) * STEPB + warp * 256 + ((c >> 1) & 1) * 128 + r7 * 16 +
+                          (c & 1) * 8;
+            uint32_t h0, l0, h1, l1;
+            const float sdy = scl[1];
+            m = fmaxf(fmaxf(m, fmaxf(fabsf(__uint_as_float(v.x)), fabsf(__uint_as_float(v.y)))),
+                      fmaxf(fabsf(__uint_as_float(v.z)), fabsf(__uint_as_float(v.w))));
+            split_fp16x2(sdy * __uint_as_float(v.x), sdy * __uint_as_float(v.y), h0, l0);
+            split_fp16x2(sdy * __uint_as_float(v.z), sdy * __uint_as_float(v.w), h1, l1);
+            *reinterpret_cast<uint2*>(smb + o) = make_uint2(h0, h1);
+            *reinterpret_cast<uint2*>(smb + o + 2 * DYB) = make_uint2(l0, l1);
+          } else {
+            const int o = PB + STG + buf * DYB + (c >> 1) * STEPB + warp * 256 + (c & 1) * 128 + r7 * 16;
+            if constexpr (MODE == 1) {
+              v = make_uint4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
+            }
+            *reinterpret_cast<uint4*>(smb + o) = v;
           }
-          *reinterpret_cast<uint4*>(smb + o) = v;
         }
       }
     }
+    return m;
   };
 
   float acc[2][NACC];
@@ -1093,11 +1207,13 @@ __global__ void __launch_bounds__(kGThreads, 1)
 
   float* wsl = ws + (int64_t)slice * K * kNW;
   bool ws_written = false;
-  // 3xTF32 flushes the registers into the partial every FLUSH units, as the
-  // mma.sync kernel does: the tensor cores' fp32 accumulation truncates.
-  // Flushes are staggered over the slices: fewer CTAs update their partials at once.
-  constexpr int FLUSH = MODE == 0 ? 8 : 0;
+  // 3xFP16 flushes the registers into the partial every FLUSH units, as the
+  // mma.sync kernel's 3xTF32 does: the tensor cores' fp32 accumulation
+  // truncates. Flushes are staggered over the slices: fewer CTAs update their
+  // partials at once.
+  constexpr int FLUSH = H3 ? 8 : 0;
   int since_flush = FLUSH > 0 ? slice % FLUSH : 0;
+  bool ovf = false;   // 3xFP16: unit u's values left the run's range
   int rb = 0;
   bool loaded = false;
   int64_t dstart = 0;  // this lane's dy row of unit u (kCarry)
@@ -1109,7 +1225,8 @@ __global__ void __launch_bounds__(kGThreads, 1)
     const int buf = (int)(u & 1);
 
     if (!loaded) {
-      // not prefetched (first unit, or a new image / q-chunk): all 11 rows
+      // not prefetched (first unit, a new image / q-chunk, or a new 3xFP16
+      // run): all 11 rows
       __syncthreads();  // every warpgroup is done with unit u-1's rows
       dstart = dy_start(img, qc, p);
       xs = row_base(img, sc);
@@ -1118,9 +1235,31 @@ __global__ void __launch_bounds__(kGThreads, 1)
       stage_rows(img, qc, p, rb, 0, kCin * kKsz);
       cp_async_commit();
       cp_async_wait_group<0>();
+      if constexpr (H3) {  // the run's scales
+        float mx = 0.f;
+        for (int row = warp; row < kCin * kKsz; row += kGThreads / 32)
+          mx = row_max(mx, row % kCin, (rb + row / kCin) & (kRing - 1));
+        mx = block_max<kGThreads>(mx, red);
+        const float md = block_max<kGThreads>(dy_max(dstart, buf), red + kGThreads / 32);
+        if (tid == 0) {  // scl's last readers (unit u-1's flush) are past block_max's barriers
+          const int tx = max(fp16_exp(mx) - 1, -126), tdy = max(fp16_exp(md) - 1, -126);
+          const int e = max(-(tx + tdy), -252);
+          // an all-zero start gets scale 0, so that any value starts a new run
+          scl[0] = mx > 0.f ? pow2f(tx) : 0.f;
+          scl[1] = md > 0.f ? pow2f(tdy) : 0.f;
+          scl[2] = pow2f(e / 2);
+          scl[3] = pow2f(e - e / 2);
+          scl[4] = pow2f(-tdy / 2);
+          scl[5] = pow2f(-tdy - (-tdy / 2));
+        }
+        __syncthreads();
+        for (int row = warp; row < kCin * kKsz; row += kGThreads / 32)
+          split_row(0.f, row % kCin, (rb + row / kCin) & (kRing - 1));
+        ovf = false;
+      }
       relayout(dstart, buf);
     }
-    // (otherwise unit u's rows were re-laid out at the end of unit u-1)
+    // (otherwise unit u was staged and re-laid out at the end of unit u-1)
     fence_proxy_async();  // st.shared data -> the tensor cores' async proxy
     // After this barrier every warpgroup is done with unit u-1: its buffers
     // and the ring rows that only it used may be overwritten by the prefetch.
@@ -1152,15 +1291,15 @@ __global__ void __launch_bounds__(kGThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int base = aoff[b][e & 1] + o + (e >> 1) * 2 * PIX;
-          if constexpr (F32) {
+          if constexpr (H3) {  // the hi halves of two pixels' words, and the lo halves
+            const uint32_t w0 = smw[base], w1 = smw[base + 4];
+            a[b][e] = __byte_perm(w0, w1, 0x5410);
+            l[b][e] = __byte_perm(w0, w1, 0x7632);
+          } else if constexpr (F32) {
             a[b][e] = smw[base];
+            if constexpr (MODE == 1) a[b][e] = round_tf32(a[b][e]);
           } else {
             a[b][e] = (uint32_t)sme[base] | ((uint32_t)sme[base + 4] << 16);
-          }
-          if constexpr (MODE == 0) {
-            l[b][e] = tf32_small(a[b][e]);
-          } else if constexpr (MODE == 1) {
-            a[b][e] = round_tf32(a[b][e]);
           }
         }
       }
@@ -1173,7 +1312,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
       if (st < nst) {
         gmma_fence();
         const uint64_t dr = draw0 + (uint64_t)((st * STEPB) >> 4);
-        if constexpr (MODE == 0) {
+        if constexpr (H3) {  // lo * hi, hi * lo, then hi * hi
           const uint64_t dl = dlo0 + (uint64_t)((st * STEPB) >> 4);
 #pragma unroll
           for (int b = 0; b < 2; ++b) gmma_rs<TA, NT8>(acc[b], L[st & 1][b], dr);
@@ -1203,7 +1342,13 @@ __global__ void __launch_bounds__(kGThreads, 1)
       // unit's last wgmmas run
       cp_async_wait_group<0>();
       if constexpr (!kCarry) dstart = dy_start(img, qc, p);
-      relayout(dstart + Q, buf ^ 1);
+      if constexpr (H3) {
+        const float mx = split_row(0.f, sc, (rb + 4 + srr) & (kRing - 1));
+        const float md = relayout(dstart + Q, buf ^ 1);  // every lane: it syncs the warp
+        ovf = out_of_range(mx, scl[0]) || out_of_range(md, scl[1]);
+      } else {
+        relayout(dstart + Q, buf ^ 1);
+      }
     }
     gmma_wait<0>();
 #pragma unroll
@@ -1211,19 +1356,23 @@ __global__ void __launch_bounds__(kGThreads, 1)
 #pragma unroll
       for (int i = 0; i < NACC; ++i) pin(acc[b][i]);
 
-    loaded = next;
+    // 3xFP16: a unit whose values left the run's range is restaged as a new run
+    bool redo = false;
+    if constexpr (H3) redo = next && __syncthreads_or(ovf);
+    loaded = next && !redo;
     rb = next ? ((rb + 4) & (kRing - 1)) : 0;
     dstart += Q;
-    if constexpr (FLUSH > 0) {
-      if (++since_flush >= FLUSH && u + 1 < u1) {
-        gflush<NT8>(acc, wsl, mrow0, t, ws_written);
-        ws_written = true;
-        since_flush = 0;
-      }
+    // The flush: every FLUSH units, and before a 3xFP16 run sets its scales.
+    // (Here, after the wgmmas' last wait: placed before the next unit's, the
+    // accumulator writes serialize the wgmmas.)
+    if (((FLUSH > 0 && ++since_flush >= FLUSH) || (H3 && !loaded)) && u + 1 < u1) {
+      gflush<NT8, H3>(acc, wsl, mrow0, t, ws_written, scl + 2);
+      ws_written = true;
+      since_flush = 0;
     }
     next_unit(p, qc, img, P, nQc);
   }
-  gflush<NT8>(acc, wsl, mrow0, t, ws_written);
+  gflush<NT8, H3>(acc, wsl, mrow0, t, ws_written, scl + 2);
 #endif
 }
 
@@ -1232,7 +1381,7 @@ void launch_wgrad_gmma(const at::Tensor& go, const at::Tensor& in, int64_t paddi
                        const at::Tensor& gw, const std::optional<at::Tensor>& gb) {
   const int H = in.size(2), W = in.size(3);
   const int K = go.size(1), P = go.size(2), Q = go.size(3);
-  const SplitK sk = split_k(go, in, GmmaGeo<T>::kQC);
+  const SplitK sk = split_k(go, in, GmmaGeo<T, MODE>::kQC);
   auto stream = at::cuda::getCurrentCUDAStream();
   constexpr int smem = gsmem_bytes<T, MODE, NT8>();
   const bool vec = in.is_contiguous() && W % (16 / sizeof(T)) == 0 &&
@@ -1304,7 +1453,7 @@ bool conv11s4_backward_weight_fast(const at::Tensor& grad_output,
 
   if (dt == at::kFloat) {
     if (math == Fp32Math::kAccurate) {
-      if (!(gmma && try_wgrad_gmma<float, 0>(grad_output, input, padding, grad_weight, grad_bias)))
+      if (!(gmma && try_wgrad_gmma<float, 3>(grad_output, input, padding, grad_weight, grad_bias)))
         dispatch_k<float, 0>(grad_output, input, padding, grad_weight, grad_bias);
     } else {
       if (!(gmma && try_wgrad_gmma<float, 1>(grad_output, input, padding, grad_weight, grad_bias)))

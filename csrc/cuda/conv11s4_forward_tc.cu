@@ -157,44 +157,6 @@ __device__ __forceinline__ void split_bf16x2(float f0, float f1, uint32_t& hi, u
   lo = pack_bf16x2(f0 - __uint_as_float(hi << 16), f1 - __uint_as_float(hi & 0xffff0000u));
 }
 
-// 3xFP16 (kH3). fp16 keeps 11 significant bits, as TF32 does, but only the
-// exponents -24..15, so each operand is first scaled by a power of two that
-// puts its largest finite magnitude in [2^14, 2^15) (hi never rounds past
-// 2^15 < 65504); values within 2^-16 of that largest one keep the full 22
-// bits of hi + lo, smaller ones an absolute error of at most 2^-25 in the
-// scaled units (2^-39 of the largest).
-// 2^e for e in [-126, 127]
-__device__ __forceinline__ float pow2f(int e) { return __int_as_float((e + 127) << 23); }
-// the scale exponent for a largest finite magnitude m (any for m = 0)
-__device__ __forceinline__ int fp16_exp(float m) { return m > 0.f ? min(max(14 - ilogbf(m), -126), 127) : 0; }
-// m grown by |x| unless x is Inf or NaN (those reach the outputs unscaled)
-__device__ __forceinline__ float max_finite_abs(float m, float x) {
-  const float a = fabsf(x);
-  return a <= 3.402823466e38f ? fmaxf(m, a) : m;
-}
-// (f0, f1) -> hi = fp16x2(f0, f1) (f0 in the low half), lo = fp16x2 of the
-// remainders, which are exact in fp32
-__device__ __forceinline__ void split_fp16x2(float f0, float f1, uint32_t& hi, uint32_t& lo) {
-  const __half2 h = __floats2half2_rn(f0, f1);
-  const float2 hf = __half22float2(h);
-  const __half2 l = __floats2half2_rn(f0 - hf.x, f1 - hf.y);
-  hi = *reinterpret_cast<const uint32_t*>(&h);
-  lo = *reinterpret_cast<const uint32_t*>(&l);
-}
-// The largest m over the block's NTHR threads; red holds NTHR / 32 floats and
-// must not be written again before a later barrier.
-template <int NTHR>
-__device__ __forceinline__ float block_max(float m, float* red) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
-  __syncthreads();
-  m = red[0];
-#pragma unroll
-  for (int i = 1; i < NTHR / 32; ++i) m = fmaxf(m, red[i]);
-  return m;
-}
-
 // Patch elements of one m16 tile's A fragment, rows g and g+8 at patch
 // offsets pm[0], pm[1]. gather4: k offsets o0, o1 in m16n8k8 order (g, o0)
 // (g+8, o0) (g, o1) (g+8, o1). gather8: k pairs lo, hi in m16n8k16 order
@@ -379,14 +341,7 @@ __device__ __forceinline__ int split_patch_fp16(const Params& p, const TileGeom&
     m = block_max<NTHR>(m, red + NTHR / 32);
   }
   const float sa = pow2f(fp16_exp(m));
-  auto put = [&](int f, float4 u) {
-    uint32_t h0, l0, h1, l1;
-    split_fp16x2(sa * u.x, sa * u.y, h0, l0);
-    split_fp16x2(sa * u.z, sa * u.w, h1, l1);
-    *reinterpret_cast<uint4*>(at(f)) = make_uint4(__byte_perm(h0, l0, 0x5410), __byte_perm(h0, l0, 0x7632),
-                                                  __byte_perm(h1, l1, 0x5410), __byte_perm(h1, l1, 0x7632));
-  };
-  for (int f = threadIdx.x; f < n4; f += NTHR) put(f, *at(f));
+  for (int f = threadIdx.x; f < n4; f += NTHR) *reinterpret_cast<uint4*>(at(f)) = split_fp16_words(*at(f), sa);
   __syncthreads();
   return fp16_exp(m);
 }

@@ -1,8 +1,9 @@
 #pragma once
 // Inline-PTX building blocks shared by the tensor-core kernels (sm_80+):
 // cp.async copies into shared memory (plain, 4-byte zero-filling, group
-// waits), TF32 rounding, the mma.sync shapes they use, and float <-> storage
-// conversions. wgmma lives in wgmma.cuh.
+// waits), TF32 rounding, the mma.sync shapes they use, float <-> storage
+// conversions, and the scaling and splitting of 3xFP16. wgmma lives in
+// wgmma.cuh.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -129,5 +130,52 @@ template <> __device__ __forceinline__ float to_f(__half v) { return __half2floa
 template <typename T> __device__ __forceinline__ T from_f(float v) { return static_cast<T>(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
+
+// 3xFP16 (the forward's kH3, the weight gradient's MODE 3). fp16 keeps 11
+// significant bits, as TF32 does, but only the exponents -24..15, so each operand is first scaled by a power of two that
+// puts its largest finite magnitude in [2^14, 2^15) (hi never rounds past
+// 2^15 < 65504); values within 2^-16 of that largest one keep the full 22
+// bits of hi + lo, smaller ones an absolute error of at most 2^-25 in the
+// scaled units (2^-39 of the largest).
+// 2^e for e in [-126, 127]
+__device__ __forceinline__ float pow2f(int e) { return __int_as_float((e + 127) << 23); }
+// the scale exponent for a largest finite magnitude m (any for m = 0)
+__device__ __forceinline__ int fp16_exp(float m) { return m > 0.f ? min(max(14 - ilogbf(m), -126), 127) : 0; }
+// m grown by |x| unless x is Inf or NaN (those reach the outputs unscaled)
+__device__ __forceinline__ float max_finite_abs(float m, float x) {
+  const float a = fabsf(x);
+  return a <= 3.402823466e38f ? fmaxf(m, a) : m;
+}
+// (f0, f1) -> hi = fp16x2(f0, f1) (f0 in the low half), lo = fp16x2 of the
+// remainders, which are exact in fp32
+__device__ __forceinline__ void split_fp16x2(float f0, float f1, uint32_t& hi, uint32_t& lo) {
+  const __half2 h = __floats2half2_rn(f0, f1);
+  const float2 hf = __half22float2(h);
+  const __half2 l = __floats2half2_rn(f0 - hf.x, f1 - hf.y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+// Four fp32 values scaled by s, each replaced by the word of its fp16 parts:
+// hi in the low half, lo in the high half
+__device__ __forceinline__ uint4 split_fp16_words(float4 u, float s) {
+  uint32_t h0, l0, h1, l1;
+  split_fp16x2(s * u.x, s * u.y, h0, l0);
+  split_fp16x2(s * u.z, s * u.w, h1, l1);
+  return make_uint4(__byte_perm(h0, l0, 0x5410), __byte_perm(h0, l0, 0x7632), __byte_perm(h1, l1, 0x5410),
+                    __byte_perm(h1, l1, 0x7632));
+}
+// The largest m over the block's NTHR threads; red holds NTHR / 32 floats and
+// must not be written again before a later barrier.
+template <int NTHR>
+__device__ __forceinline__ float block_max(float m, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+  __syncthreads();
+  m = red[0];
+#pragma unroll
+  for (int i = 1; i < NTHR / 32; ++i) m = fmaxf(m, red[i]);
+  return m;
+}
 
 }  // namespace alexop::cuda
