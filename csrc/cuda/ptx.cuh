@@ -132,11 +132,13 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __
 template <> __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
 
 // 3xFP16 (the forward's kH3, the weight gradient's MODE 3). fp16 keeps 11
-// significant bits, as TF32 does, but only the exponents -24..15, so each operand is first scaled by a power of two that
-// puts its largest finite magnitude in [2^14, 2^15) (hi never rounds past
-// 2^15 < 65504); values within 2^-16 of that largest one keep the full 22
-// bits of hi + lo, smaller ones an absolute error of at most 2^-25 in the
-// scaled units (2^-39 of the largest).
+// significant bits, as TF32 does, but only the exponents -24..15, so each
+// operand is first scaled by a power of two that puts its largest finite
+// magnitude in [2^14, 2^15) (fp16_exp; hi never rounds past 2^15 < 65504;
+// the weight gradient aims one binade lower, see its kernel); values within
+// 2^-16 of that largest one keep the full 22 bits of hi + lo, smaller ones
+// an absolute error of at most 2^-25 in the scaled units (2^-39 of the
+// largest).
 // 2^e for e in [-126, 127]
 __device__ __forceinline__ float pow2f(int e) { return __int_as_float((e + 127) << 23); }
 // the scale exponent for a largest finite magnitude m (any for m = 0)
