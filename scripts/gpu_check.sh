@@ -43,6 +43,11 @@ alexop.conv11s4(torch.rand(3, 3, 224, 224, device="cuda").to(memory_format=torch
 wg = torch.ops.alexop.conv11s4_backward_weight
 wg(torch.randn(2, 64, 55, 55, device="cuda"), torch.rand(2, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last), 2, True)
 wg(torch.randn(2, 96, 55, 55, device="cuda"), torch.rand(2, 3, 224, 224, device="cuda") * 10 ** torch.linspace(-3, 3, 224, device="cuda").view(224, 1), 2, True)
+# the fp32-accurate Hopper input gradient (3xFP16; also run above at batch 8): 64 filters at 227 without
+# padding, and 40 filters on a 30x300 image (two bands of columns) with padding 5 (halo rows from dy)
+dg = torch.ops.alexop.conv11s4_backward_input
+dg(torch.randn(6, 64, 55, 55, device="cuda"), w[:64].contiguous(), [6, 3, 227, 227], 0)
+dg(torch.randn(24, 40, 8, 75, device="cuda"), w[:40].contiguous(), [24, 3, 30, 300], 5)
 torch.cuda.synchronize(); print("ok")'
 for tool in memcheck racecheck; do
   timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 -c "$small" >> "$OUT/sanitizer.log" 2>&1

@@ -270,6 +270,45 @@ def test_weight_grad_fp32_accuracy_across_value_scales(values):
         torch.testing.assert_close(out.double().cpu(), ref, atol=1e-4 * scale, rtol=1e-4, msg=name)
 
 
+# The fp32-accurate input gradient on Hopper (3xFP16) scales the weights by a
+# power of two and grad_output by one per stage (16 channels) of each tile:
+# values far from 1 either way, six decades within each tensor, images over
+# eight decades, rows over six decades, a bright spot in a dark gradient and
+# weights that cancel all keep fp32-level accuracy. Batch 8 at 224x224 fills
+# a 132-SM GPU enough to take that path.
+@pytest.mark.parametrize(
+    "values",
+    ["huge", "tiny", "six_decades", "images_over_8_decades", "rows_over_6_decades", "dark_with_spot", "cancelling"],
+)
+def test_input_grad_fp32_accuracy_across_value_scales(values):
+    n, k, h, w, p = 8, 96, 224, 224, 2
+    _, wt, _ = make_inputs(1, 3, k, h, w, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(1)
+    grad = torch.randn(n, k, 55, 55, device="cuda", generator=g)
+    decades = lambda lo, hi, m, shape: 10 ** torch.linspace(lo, hi, m, device="cuda").view(shape)  # noqa: E731
+    if values == "huge":
+        wt, grad = wt * 1e18, grad * 1e17
+    elif values == "tiny":
+        wt, grad = wt * 1e-20, grad * 1e-15
+    elif values == "six_decades":
+        wt = wt * 10 ** (6 * torch.rand(wt.shape, device="cuda", generator=g) - 3)
+        grad = grad * 10 ** (6 * torch.rand(grad.shape, device="cuda", generator=g) - 3)
+    elif values == "images_over_8_decades":
+        grad = grad * decades(-4, 4, n, (n, 1, 1, 1))
+    elif values == "rows_over_6_decades":
+        grad = grad * decades(-3, 3, 55, (1, 1, 55, 1))
+    elif values == "dark_with_spot":
+        grad = grad * 1e-6
+        grad[:, :, 20:25, 20:25] = 1e3
+    else:
+        wt = wt - wt.mean(dim=(1, 2, 3), keepdim=True)
+    want = torch.nn.grad.conv2d_input((n, 3, h, w), wt.double().cpu(), grad.double().cpu(), stride=4, padding=p)
+    got = torch.ops.alexop.conv11s4_backward_input(grad, wt, [n, 3, h, w], p)
+    assert rel_l2(got, want) <= 1e-5
+    scale = want.abs().max().item()
+    torch.testing.assert_close(got.double().cpu(), want, atol=1e-4 * scale, rtol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_bitwise_reproducible(dtype):
     x, wt, b = make_inputs(32, 3, 96, 224, 224, dtype=dtype, device="cuda")

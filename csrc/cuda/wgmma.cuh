@@ -1,7 +1,8 @@
 #pragma once
 // Hopper (sm_90a) wgmma building blocks shared by the forward and both
 // gradients: the register-A forms D += A * B (B in shared memory through a
-// descriptor) for the widths the kernels use, the fences around them, and
+// descriptor) for the widths the kernels use, an fp16 form with A in shared
+// memory too (the fp32-accurate input gradient), the fences around them, and
 // the host-side check that the build carries sm_90a code for a device.
 // The device code exists only in the sm_90a pass (__CUDA_ARCH_FEAT_SM90_ALL);
 // kernels that use it compile empty elsewhere and are never launched there.
@@ -93,6 +94,36 @@ __device__ __forceinline__ void gmma_rs(float* d, const uint32_t* a, uint64_t de
 #undef ALEXOP_N96
 #undef ALEXOP_N64
 #undef ALEXOP_N48
+
+// wgmma with both operands in shared memory (descriptors), fp16, D = A * B
+// when scale_d is 0, else D += A * B; NT8 = 6 or 12.
+#define ALEXOP_SS48 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23", "%24", "%25", "%26", ALEXOP_ACC24
+#define ALEXOP_SS96 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47", "%48", "%49", "%50", \
+  ALEXOP_ACC48
+#define ALEXOP_WGMMA_SS(INSTR, ...) ALEXOP_WGMMA_SS_I(INSTR, __VA_ARGS__)
+#define ALEXOP_WGMMA_SS_I(INSTR, REGS, ADESC, BDESC, PRED, ...)                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " PRED ", 0;\n" INSTR " {" REGS "}, " ADESC ", " \
+               BDESC ", p, 1, 1, 0, 0;\n}\n"                                                      \
+               : __VA_ARGS__                                                                     \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+template <int NT8>
+__device__ __forceinline__ void gmma_ss_f16(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  if constexpr (NT8 == 6) {
+    ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16", ALEXOP_SS48);
+  } else {
+    static_assert(NT8 == 12, "m64n48 or m64n96");
+    ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16", ALEXOP_SS96);
+  }
+}
+#undef ALEXOP_WGMMA_SS_I
+#undef ALEXOP_WGMMA_SS
+#undef ALEXOP_SS96
+#undef ALEXOP_SS48
 #undef ALEXOP_ACC64
 #undef ALEXOP_ACC48
 #undef ALEXOP_ACC32
@@ -107,12 +138,16 @@ template <int N> __device__ __forceinline__ void gmma_wait() {
 __device__ __forceinline__ void pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 // Generic-proxy writes (cp.async, st.shared) made visible to the tensor cores' async proxy.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Descriptor of a B operand at shared address saddr in the canonical K-major,
-// no-swizzle layout: 8 x 16-byte core matrices, leading (k) byte offset 128,
-// stride (n) byte offset 256.
-__device__ __forceinline__ uint64_t gmma_desc(uint32_t saddr) {
-  return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(256 >> 4) << 32);
+// Descriptor of an operand at shared address saddr in the canonical K-major,
+// no-swizzle layout: 8 x 16-byte core matrices (8 rows of m or n, 8 halves
+// of k each), lbo bytes apart along k and sbo bytes apart along m / n.
+// Adding or subtracting an integer moves the start by 16 bytes per unit.
+__device__ __forceinline__ uint64_t gmma_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+         ((uint64_t)((sbo >> 4) & 0x3FFF) << 32);
 }
+// The weights' layout in the kernels: lbo 128, sbo 256.
+__device__ __forceinline__ uint64_t gmma_desc(uint32_t saddr) { return gmma_desc(saddr, 128, 256); }
 
 #endif
 
