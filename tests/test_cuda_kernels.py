@@ -197,6 +197,16 @@ def test_float32_matmul_precision_selects_the_mode():
     assert 1e-5 < errors["medium"] <= 1e-3
 
 
+def _decades(lo, hi, m, shape):
+    """10^lo .. 10^hi in m steps, shaped to scale one dimension of a tensor."""
+    return 10 ** torch.linspace(lo, hi, m, device="cuda").view(shape)
+
+
+def _six_decades(t, g):
+    """t with each element scaled by its own random power of ten in [1e-3, 1e3]."""
+    return t * 10 ** (6 * torch.rand(t.shape, device="cuda", generator=g) - 3)
+
+
 # The fp32-accurate forward on Hopper scales each tile's inputs and the
 # weights by powers of two before splitting them into fp16 parts: values far
 # from 1 either way, six decades within a tile, a bright spot in a dark image
@@ -211,7 +221,7 @@ def test_forward_fp32_accuracy_across_value_scales(values):
     elif values == "tiny":
         x, wt, b = x * 1e-20, wt * 1e-15, b * 1e-35
     elif values == "six_decades":
-        x = x * 10 ** (6 * torch.rand(x.shape, device="cuda", generator=g) - 3)
+        x = _six_decades(x, g)
     elif values == "dark_with_spot":
         x = x * 1e-6
         x[:, :, 100:110, 100:110] = 1e3
@@ -242,20 +252,19 @@ def test_weight_grad_fp32_accuracy_across_value_scales(values):
     x, _, _ = make_inputs(n, 3, k, h, w, device="cuda")
     g = torch.Generator(device="cuda").manual_seed(1)
     grad = torch.randn(n, k, 55, 55, device="cuda", generator=g)
-    decades = lambda lo, hi, m, shape: 10 ** torch.linspace(lo, hi, m, device="cuda").view(shape)  # noqa: E731
     if values == "huge":
         x, grad = x * 1e18, grad * 1e17
     elif values == "tiny":
         x, grad = x * 1e-20, grad * 1e-15
     elif values == "six_decades":
-        x = x * 10 ** (6 * torch.rand(x.shape, device="cuda", generator=g) - 3)
-        grad = grad * 10 ** (6 * torch.rand(grad.shape, device="cuda", generator=g) - 3)
+        x = _six_decades(x, g)
+        grad = _six_decades(grad, g)
     elif values == "images_over_8_decades":
-        x = x * decades(-4, 4, n, (n, 1, 1, 1))
-        grad = grad * decades(4, -4, n, (n, 1, 1, 1))
+        x = x * _decades(-4, 4, n, (n, 1, 1, 1))
+        grad = grad * _decades(4, -4, n, (n, 1, 1, 1))
     elif values == "rows_over_6_decades":
-        x = x * decades(-3, 3, h, (1, 1, h, 1))
-        grad = grad * decades(3, -3, 55, (1, 1, 55, 1))
+        x = x * _decades(-3, 3, h, (1, 1, h, 1))
+        grad = grad * _decades(3, -3, 55, (1, 1, 55, 1))
     elif values == "dark_with_spot":
         x = x * 1e-6
         x[:, :, 100:110, 100:110] = 1e3
@@ -285,18 +294,17 @@ def test_input_grad_fp32_accuracy_across_value_scales(values):
     _, wt, _ = make_inputs(1, 3, k, h, w, device="cuda")
     g = torch.Generator(device="cuda").manual_seed(1)
     grad = torch.randn(n, k, 55, 55, device="cuda", generator=g)
-    decades = lambda lo, hi, m, shape: 10 ** torch.linspace(lo, hi, m, device="cuda").view(shape)  # noqa: E731
     if values == "huge":
         wt, grad = wt * 1e18, grad * 1e17
     elif values == "tiny":
         wt, grad = wt * 1e-20, grad * 1e-15
     elif values == "six_decades":
-        wt = wt * 10 ** (6 * torch.rand(wt.shape, device="cuda", generator=g) - 3)
-        grad = grad * 10 ** (6 * torch.rand(grad.shape, device="cuda", generator=g) - 3)
+        wt = _six_decades(wt, g)
+        grad = _six_decades(grad, g)
     elif values == "images_over_8_decades":
-        grad = grad * decades(-4, 4, n, (n, 1, 1, 1))
+        grad = grad * _decades(-4, 4, n, (n, 1, 1, 1))
     elif values == "rows_over_6_decades":
-        grad = grad * decades(-3, 3, 55, (1, 1, 55, 1))
+        grad = grad * _decades(-3, 3, 55, (1, 1, 55, 1))
     elif values == "dark_with_spot":
         grad = grad * 1e-6
         grad[:, :, 20:25, 20:25] = 1e3
