@@ -1057,8 +1057,8 @@ __global__ void __launch_bounds__(kGThreads, 1)
       }
     }
   };
-  auto stage_rows = [&](int64_t img, int qc, int p, int rb, int first, int nrows) {
-    for (int row = first + warp; row < first + nrows; row += kGThreads / 32) {
+  auto stage_rows = [&](int64_t img, int qc, int p, int rb) {
+    for (int row = warp; row < kCin * kKsz; row += kGThreads / 32) {
       const int c = row % kCin;
       const Row r = row_of(row_base(img, c), first_col(qc), p, rb, row / kCin, c);
 #pragma unroll
@@ -1090,8 +1090,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
   auto row_max = [&](float m, int c, int slot) {
     own_words(c, slot, [&](unsigned char* w) {
       if constexpr (VEC) {
-        const float4 u = *reinterpret_cast<const float4*>(w);
-        m = max_finite_abs(max_finite_abs(max_finite_abs(max_finite_abs(m, u.x), u.y), u.z), u.w);
+        m = max_finite_abs4(m, *reinterpret_cast<const float4*>(w));
       } else {
         m = max_finite_abs(m, *reinterpret_cast<const float*>(w));
       }
@@ -1103,7 +1102,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
     own_words(c, slot, [&](unsigned char* w) {
       if constexpr (VEC) {
         const float4 u = *reinterpret_cast<const float4*>(w);
-        m = fmaxf(fmaxf(m, fmaxf(fabsf(u.x), fabsf(u.y))), fmaxf(fabsf(u.z), fabsf(u.w)));
+        m = max_abs4(m, u);
         *reinterpret_cast<uint4*>(w) = split_fp16_words(u, sx);
       } else {
         const float v = *reinterpret_cast<const float*>(w);
@@ -1177,8 +1176,8 @@ __global__ void __launch_bounds__(kGThreads, 1)
                           (c & 1) * 8;
             uint32_t h0, l0, h1, l1;
             const float sdy = scl[1];
-            m = fmaxf(fmaxf(m, fmaxf(fabsf(__uint_as_float(v.x)), fabsf(__uint_as_float(v.y)))),
-                      fmaxf(fabsf(__uint_as_float(v.z)), fabsf(__uint_as_float(v.w))));
+            m = max_abs4(m, make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z),
+                                        __uint_as_float(v.w)));
             split_fp16x2(sdy * __uint_as_float(v.x), sdy * __uint_as_float(v.y), h0, l0);
             split_fp16x2(sdy * __uint_as_float(v.z), sdy * __uint_as_float(v.w), h1, l1);
             *reinterpret_cast<uint2*>(smb + o) = make_uint2(h0, h1);
@@ -1232,7 +1231,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
       xs = row_base(img, sc);
       siwl = first_col(qc);
       if (dyw) copy_dy(dstart, buf, qvalid);
-      stage_rows(img, qc, p, rb, 0, kCin * kKsz);
+      stage_rows(img, qc, p, rb);
       cp_async_commit();
       cp_async_wait_group<0>();
       if constexpr (H3) {  // the run's scales

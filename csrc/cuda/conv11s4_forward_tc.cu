@@ -327,23 +327,19 @@ __device__ __forceinline__ int split_patch_fp16(const Params& p, const TileGeom&
     const int c = f < run4 ? 0 : f < 2 * run4 ? 1 : 2;
     return reinterpret_cast<float4*>(patch + c * p.CS) + (f - c * run4);
   };
-  auto absmax = [](float m, float4 v) { return fmaxf(fmaxf(m, fmaxf(fabsf(v.x), fabsf(v.y))), fmaxf(fabsf(v.z), fabsf(v.w))); };
-  // fmaxf skips NaN
   float m = 0.f;
-  for (int f = threadIdx.x; f < n4; f += NTHR) m = absmax(m, *at(f));
+  for (int f = threadIdx.x; f < n4; f += NTHR) m = max_abs4(m, *at(f));
   m = block_max<NTHR>(m, red);
   if (!(m <= 3.402823466e38f)) {  // an Inf: the largest finite magnitude instead (block-uniform, rare)
     m = 0.f;
-    for (int f = threadIdx.x; f < n4; f += NTHR) {
-      const float4 u = *at(f);
-      m = max_finite_abs(max_finite_abs(max_finite_abs(max_finite_abs(m, u.x), u.y), u.z), u.w);
-    }
+    for (int f = threadIdx.x; f < n4; f += NTHR) m = max_finite_abs4(m, *at(f));
     m = block_max<NTHR>(m, red + NTHR / 32);
   }
-  const float sa = pow2f(fp16_exp(m));
+  const int e = fp16_exp(m);
+  const float sa = pow2f(e);
   for (int f = threadIdx.x; f < n4; f += NTHR) *reinterpret_cast<uint4*>(at(f)) = split_fp16_words(*at(f), sa);
   __syncthreads();
-  return fp16_exp(m);
+  return e;
 }
 
 // Resident weights of this CTA's channel group (copy in flight on return),

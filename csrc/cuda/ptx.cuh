@@ -148,6 +148,14 @@ __device__ __forceinline__ float max_finite_abs(float m, float x) {
   const float a = fabsf(x);
   return a <= 3.402823466e38f ? fmaxf(m, a) : m;
 }
+// m grown by the magnitudes of v's four values (fmaxf skips NaN, not Inf),
+// and by their finite ones only
+__device__ __forceinline__ float max_abs4(float m, float4 v) {
+  return fmaxf(fmaxf(m, fmaxf(fabsf(v.x), fabsf(v.y))), fmaxf(fabsf(v.z), fabsf(v.w)));
+}
+__device__ __forceinline__ float max_finite_abs4(float m, float4 v) {
+  return max_finite_abs(max_finite_abs(max_finite_abs(max_finite_abs(m, v.x), v.y), v.z), v.w);
+}
 // (f0, f1) -> hi = fp16x2(f0, f1) (f0 in the low half), lo = fp16x2 of the
 // remainders, which are exact in fp32
 __device__ __forceinline__ void split_fp16x2(float f0, float f1, uint32_t& hi, uint32_t& lo) {
