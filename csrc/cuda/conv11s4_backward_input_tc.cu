@@ -1009,7 +1009,8 @@ __global__ void __launch_bounds__(kXThreads, 1) conv11s4_dgrad_x3_kernel(const P
       gmma_commit();
 
       if (st == 0 && prev >= 0) epilogue(prev);
-      if (lmore) ld.store(p, bufs + ((gs + 1) & 1) * kXStage, stage_exp(wmax + ((gs + 1) % kXMaxSlots) * kSlot), lid, wg);
+      if (lmore)
+        ld.store(p, bufs + ((gs + 1) & 1) * kXStage, stage_exp(wmax + ((gs + 1) % kXMaxSlots) * kSlot), lid, wg);
       advance();
 
       gmma_wait<0>();
