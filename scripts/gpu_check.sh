@@ -48,6 +48,12 @@ wg(torch.randn(2, 96, 55, 55, device="cuda"), torch.rand(2, 3, 224, 224, device=
 dg = torch.ops.alexop.conv11s4_backward_input
 dg(torch.randn(6, 64, 55, 55, device="cuda"), w[:64].contiguous(), [6, 3, 227, 227], 0)
 dg(torch.randn(24, 40, 8, 75, device="cuda"), w[:40].contiguous(), [24, 3, 30, 300], 5)
+# the TF32 forward on phase planes from one 192-pixel tile per SM (batch 8 at 224x224): 8-byte copies
+# (NCHW, even padding), 4-byte ones (channels_last; 227 without padding), 96 and 64 channel slots
+torch.set_float32_matmul_precision("medium")
+alexop.conv11s4(torch.rand(8, 3, 224, 224, device="cuda"), w, b)
+alexop.conv11s4(torch.rand(8, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last), w[:64], b[:64])
+alexop.conv11s4(torch.rand(8, 3, 227, 227, device="cuda"), w[:72], None, 0)
 torch.cuda.synchronize(); print("ok")'
 for tool in memcheck racecheck; do
   timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 -c "$small" >> "$OUT/sanitizer.log" 2>&1

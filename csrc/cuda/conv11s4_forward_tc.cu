@@ -1611,6 +1611,7 @@ bool conv11s4_forward_fast(const at::Tensor& input, const at::Tensor& weight,
       if (math == Fp32Math::kBf16x3)
         return dispatch_h3(gmma, input, weight, bias, pad, nhwc, output, tiles, sms) ||
                dispatch_fp32<kB3>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);
+      if (gmma && conv11s4_forward_tf32_planes(input, weight, bias, pad, nhwc, output)) return true;
       return dispatch<float, kTF, 1>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);
     case at::kBFloat16:
       if (!nhwc && pad % 2 == 0)

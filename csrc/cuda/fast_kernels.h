@@ -32,6 +32,19 @@ bool conv11s4_forward_fast(
     Fp32Math math,
     const at::Tensor& output);
 
+// The TF32 forward whose A operand the tensor cores read from shared memory
+// (conv11s4_forward_tf32.cu): sm_90a, float32, K <= 96, outputs 48 to 55
+// pixels wide and a batch of one tile per SM or more; preconditions as
+// above, nhwc: the input is channels_last. conv11s4_forward_fast offers it
+// TF32 problems first.
+bool conv11s4_forward_tf32_planes(
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const std::optional<at::Tensor>& bias,
+    int pad,
+    bool nhwc,
+    const at::Tensor& output);
+
 // grad_output NCHW contiguous; input as above; grad_weight (K, C, 11, 11)
 // contiguous and grad_bias (K,) contiguous when given, both uninitialised.
 bool conv11s4_backward_weight_fast(

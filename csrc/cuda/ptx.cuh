@@ -29,6 +29,16 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 __device__ __forceinline__ void cp_async4n(uint32_t dst, const void* src, int nbytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
 }
+// The same for 8 bytes (nbytes 0 or 8; dst and src 8-byte aligned).
+__device__ __forceinline__ void cp_async8n(uint32_t dst, const void* src, int nbytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
+}
+// One arrival on the mbarrier at shared address bar once all of this
+// thread's earlier cp.async copies have landed (counted in its expected
+// arrivals: .noinc).
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 // Waits until at most N of this thread's committed cp.async groups are pending.
 template <int N> __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");

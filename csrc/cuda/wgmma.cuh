@@ -1,9 +1,10 @@
 #pragma once
 // Hopper (sm_90a) wgmma building blocks shared by the forward and both
 // gradients: the register-A forms D += A * B (B in shared memory through a
-// descriptor) for the widths the kernels use, an fp16 form with A in shared
-// memory too (the fp32-accurate input gradient), the fences around them, and
-// the host-side check that the build carries sm_90a code for a device.
+// descriptor) for the widths the kernels use, fp16 and tf32 forms with A in
+// shared memory too (the fp32-accurate input gradient, the TF32 forward), the
+// fences around them, and the host-side check that the build carries sm_90a
+// code for a device.
 // The device code exists only in the sm_90a pass (__CUDA_ARCH_FEAT_SM90_ALL);
 // kernels that use it compile empty elsewhere and are never launched there.
 
@@ -95,34 +96,49 @@ __device__ __forceinline__ void gmma_rs(float* d, const uint32_t* a, uint64_t de
 #undef ALEXOP_N64
 #undef ALEXOP_N48
 
-// wgmma with both operands in shared memory (descriptors), fp16, D = A * B
-// when scale_d is 0, else D += A * B; NT8 = 6 or 12.
+// wgmma with both operands in shared memory (descriptors), D = A * B when
+// scale_d is 0, else D += A * B: fp16 (NT8 = 6 or 12; K-major, hence the
+// two transpose flags 0) and tf32 (NT8 = 8 or 12; always K-major, no flags).
 #define ALEXOP_SS48 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23", "%24", "%25", "%26", ALEXOP_ACC24
+#define ALEXOP_SS64 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31", "%32", "%33", "%34", \
+  ALEXOP_ACC32
 #define ALEXOP_SS96 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47", "%48", "%49", "%50", \
   ALEXOP_ACC48
-#define ALEXOP_WGMMA_SS(INSTR, ...) ALEXOP_WGMMA_SS_I(INSTR, __VA_ARGS__)
-#define ALEXOP_WGMMA_SS_I(INSTR, REGS, ADESC, BDESC, PRED, ...)                                    \
+#define ALEXOP_WGMMA_SS(INSTR, TAIL, ...) ALEXOP_WGMMA_SS_I(INSTR, TAIL, __VA_ARGS__)
+#define ALEXOP_WGMMA_SS_I(INSTR, TAIL, REGS, ADESC, BDESC, PRED, ...)                             \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " PRED ", 0;\n" INSTR " {" REGS "}, " ADESC ", " \
-               BDESC ", p, 1, 1, 0, 0;\n}\n"                                                      \
+               BDESC ", p, 1, 1" TAIL ";\n}\n"                                                     \
                : __VA_ARGS__                                                                     \
                : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 template <int NT8>
 __device__ __forceinline__ void gmma_ss_f16(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
   if constexpr (NT8 == 6) {
-    ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16", ALEXOP_SS48);
+    ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16", ", 0, 0", ALEXOP_SS48);
   } else {
     static_assert(NT8 == 12, "m64n48 or m64n96");
-    ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16", ALEXOP_SS96);
+    ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16", ", 0, 0", ALEXOP_SS96);
+  }
+}
+template <int NT8>
+__device__ __forceinline__ void gmma_ss_tf32(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  if constexpr (NT8 == 8) {
+    ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", "", ALEXOP_SS64);
+  } else {
+    static_assert(NT8 == 12, "m64n64 or m64n96");
+    ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n96k8.f32.tf32.tf32", "", ALEXOP_SS96);
   }
 }
 #undef ALEXOP_WGMMA_SS_I
 #undef ALEXOP_WGMMA_SS
 #undef ALEXOP_SS96
+#undef ALEXOP_SS64
 #undef ALEXOP_SS48
 #undef ALEXOP_ACC64
 #undef ALEXOP_ACC48
@@ -138,6 +154,34 @@ template <int N> __device__ __forceinline__ void gmma_wait() {
 __device__ __forceinline__ void pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 // Generic-proxy writes (cp.async, st.shared) made visible to the tensor cores' async proxy.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// mbarrier (shared memory, CTA scope): init, arrive (release), and a spin on
+// try_wait.parity (acquire) until the phase of the given parity has completed.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// arrive, expecting tx more bytes from bulk copies that complete on it
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t tx) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(tx)
+               : "memory");
+}
+// arrive by the threads where pred holds, without a branch (a divergent
+// branch between wgmmas makes ptxas serialize them)
+__device__ __forceinline__ void mbar_arrive_if(uint32_t bar, bool pred) {
+  asm volatile("{\n.reg .pred p;\n.reg .b64 st;\nsetp.ne.b32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar),
+               "r"((int)pred)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
 // Descriptor of an operand at shared address saddr in the canonical K-major,
 // no-swizzle layout: 8 x 16-byte core matrices (8 rows of m or n, 8 halves
 // of k each), lbo bytes apart along k and sbo bytes apart along m / n.
