@@ -36,11 +36,11 @@
 // cores use their TF32 part (truncation; rel L2 3.5e-4 against 2.2e-4 for
 // rounded operands, the TF32 bound being 1e-3), see load_planes.
 //
-// Measured (H200, batch 256, 224 x 224, pad 2, K = 96, ms): 0.29-0.31
-// against the gather kernel's 0.39 (channels_last 0.38, K = 64 0.25-0.27).
-// Switched off in a dev build: without the copies 0.240, without copies
-// and stores 0.187, so the MMA loop alone runs at about 70% of the TF32
-// peak; the copies (8-byte cp.async at padding 2: the 16-byte chunks of the
+// Measured (H200, batch 256, 224 x 224, pad 2, K = 96, ms): 0.285-0.29
+// against the gather kernel's 0.39 (channels_last 0.36, K = 64 0.25-0.26).
+// Switched off in a dev build (before kLag = 2): without the copies 0.240,
+// without copies and stores 0.187, so the MMA loop alone runs at about 70%
+// of the TF32 peak; the copies (8-byte cp.async at padding 2: the 16-byte chunks of the
 // planes sit 8 bytes off the input's) and the wgmma operand reads share
 // the SM's L1 / shared-memory bandwidth (79% busy in ncu). The bulk tensor
 // copy cannot do the copies: its innermost box start must be 16-byte aligned.
@@ -198,8 +198,12 @@ __device__ __forceinline__ void load_planes(const Params& p, uint32_t s_a, uint3
 
 // Consumer warpgroup wg: 64 flat pixels of each tile x all channels. Plane
 // j's wgmmas are one commit group; once group j has been committed, group
-// j - 1 is waited for, after which plane j - 2 is read by no pending wgmma
-// (a step reads at most the plane before its own) and is released.
+// j - kLag is waited for, after which plane j - kLag - 1 is read by no
+// pending wgmma (a step reads at most the plane before its own) and is
+// released. kLag = 2 measured 5% faster than 1 (0.286 against 0.300 ms at
+// the headline, H200, same build), 3 and 4 slower again.
+constexpr int kLag = 2;
+
 template <int NT8>
 __device__ __forceinline__ void consume(const Params& p, uint32_t s_a, uint32_t s_b, const float* sbias,
                                         uint32_t s_full, uint32_t s_empty, int tid) {
@@ -226,14 +230,15 @@ __device__ __forceinline__ void consume(const Params& p, uint32_t s_a, uint32_t 
         }
       });
       gmma_commit();
-      if constexpr (j >= 1) {
-        gmma_wait<1>();
-        if constexpr (j >= 2) mbar_arrive_if(s_empty + 8 * (j - 2), wtid == 0);
+      if constexpr (j >= kLag) {
+        gmma_wait<kLag>();
+        if constexpr (j > kLag) mbar_arrive_if(s_empty + 8 * (j - kLag - 1), wtid == 0);
       }
     });
     gmma_wait<0>();
-    mbar_arrive_if(s_empty + 8 * (kPlanes - 2), wtid == 0);
-    mbar_arrive_if(s_empty + 8 * (kPlanes - 1), wtid == 0);
+    static_for<kLag + 1>([&](auto kc) {
+      mbar_arrive_if(s_empty + 8 * (kPlanes - 1 - kLag + decltype(kc)::value), wtid == 0);
+    });
     // rows 16 warp + lane / 4 (+ 8) of this warpgroup's 64, channels
     // 8 j + 2 (lane % 4) (+ 1): NCHW stores with the bias added
     const int fa = f0 + 64 * wg + 16 * warp + (lane >> 2), c0 = 2 * (lane & 3);
