@@ -158,10 +158,13 @@ def test_weight_grad_channels_last_matches_nchw(hw, dtype):
     assert all(torch.equal(g, r) for g, r in zip(got, want))
 
 
-# The tensor-core input gradient serves batches whose tiles cover at least half
-# the SMs (batch >= 6 at 224x224 on a 132-SM H100/H200); smaller problems take
-# the cuBLAS + fold path, which the other backward tests cover.
+# The tensor-core input gradient serves every batch size of 3-channel images
+# (one image leaves most SMs idle); other channel counts and more filters than
+# its weights buffer holds take the cuBLAS + fold path, which the other
+# backward tests cover.
 DGRAD_SHAPES = [
+    (1, 64, 224, 224, 2),
+    (2, 96, 67, 59, 2),
     (8, 96, 224, 224, 2),
     (12, 64, 227, 227, 0),
     (24, 96, 97, 131, 1),

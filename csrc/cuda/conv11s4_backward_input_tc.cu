@@ -1031,12 +1031,6 @@ __global__ void __launch_bounds__(kXThreads, 1) conv11s4_dgrad_x3_kernel(const P
 #endif
 }
 
-// A small batch leaves most SMs idle while each CTA runs a whole tile (the
-// forward's single-tile latency is ~60 us on an H200); the cuBLAS + fold path
-// measured 39-72 us at batch 1-4 there, under cuDNN's 42-82 us. So the tiles
-// must cover at least half the SMs (batch >= 6 at 224x224).
-bool enough_tiles(int64_t tiles, int num_sms) { return tiles * 2 >= num_sms; }
-
 // The problem's sizes, super-pixel grid, bands of at most band_max columns
 // and pointers into p (the fields both tilings share).
 void grid_params(const at::Tensor& grad_output, const at::Tensor& weight, int pad, const at::Tensor& grad_input,
@@ -1064,9 +1058,13 @@ void grid_params(const at::Tensor& grad_output, const at::Tensor& weight, int pa
 }
 
 // Tiling of a problem (bands, tile size, window) into p; false where no tile
-// size fits the window buffer, or the batch leaves most SMs idle.
+// size fits the window buffer. Every batch size takes these kernels: at
+// batch 1-8 the tensor-core input gradient ran 30-48 us against the cuBLAS
+// GEMM + fold's 37-88, and the whole fp32 training step 190-220 us against
+// 240-450 (H200, 224 x 224, 64 and 96 filters): the GEMM call alone cost up
+// to ~185 us of host time at 64 filters.
 bool make_params(const at::Tensor& grad_output, const at::Tensor& weight, int pad, const at::Tensor& grad_input,
-                 int stage_ch, int num_sms, Params& p) {
+                 int stage_ch, Params& p) {
   grid_params(grad_output, weight, pad, grad_input, kBandMax, p);
   for (int mt = kMT; mt >= 32; mt /= 2) {
     const int rows = std::min(p.PS, (p.TQ - 1 + mt - 1) / p.TQ + 1);
@@ -1080,7 +1078,7 @@ bool make_params(const at::Tensor& grad_output, const at::Tensor& weight, int pa
   p.tiles_per_band = (p.PS * p.TQ + p.MT - 1) / p.MT;
   p.tiles_per_img = p.NB * p.tiles_per_band;
   const int64_t total = (int64_t)p.N * p.tiles_per_img;
-  if (total > INT32_MAX || !enough_tiles(total, num_sms)) return false;
+  if (total > INT32_MAX) return false;
   p.total_tiles = (int)total;
   p.nstage = (p.K + stage_ch - 1) / stage_ch;
   return true;
@@ -1088,7 +1086,7 @@ bool make_params(const at::Tensor& grad_output, const at::Tensor& weight, int pa
 
 // The 3xFP16 kernel's tiling (stacked blocks of cells, see there).
 bool make_params_x3(const at::Tensor& grad_output, const at::Tensor& weight, int pad, const at::Tensor& grad_input,
-                    int num_sms, Params& p) {
+                    Params& p) {
   grid_params(grad_output, weight, pad, grad_input, kXBandMax, p);
   p.BLK = (p.PS + 2) * p.RSW;
   p.WC = kXMT + 2 * p.RSW + 2;
@@ -1097,20 +1095,20 @@ bool make_params_x3(const at::Tensor& grad_output, const at::Tensor& weight, int
   p.ncells = (int)cells;
   p.total_tiles = (int)((cells + kXMT - 1) / kXMT);
   p.nstage = (p.K + 15) / 16;
-  return enough_tiles(p.total_tiles, num_sms);
+  return true;
 }
 
 // GMMA: the wgmma kernel (16-bit), for an sm_90 device when the build has
-// sm_90a code; else the mma.sync kernel. Both take the same tiling and
-// small-batch rule and the same bytes of resident B (in their own layouts),
-// and decline (false) where B plus two dy stage buffers do not fit (fp32:
+// sm_90a code; else the mma.sync kernel. Both take the same tiling and the
+// same bytes of resident B (in their own layouts), and decline (false) where
+// B plus two dy stage buffers do not fit (fp32:
 // K <= 112, 16-bit: K <= 224 on H100/H200).
 template <typename T, int MODE, bool GMMA>
 bool launch(const at::Tensor& grad_output, const at::Tensor& weight, int pad, const at::Tensor& grad_input) {
   const auto* prop = at::cuda::getCurrentDeviceProperties();
   const int max_smem = (int)prop->sharedMemPerBlockOptin, num_sms = prop->multiProcessorCount;
   Params p;
-  if (!make_params(grad_output, weight, pad, grad_input, stage_channels<MODE>(), num_sms, p)) return false;
+  if (!make_params(grad_output, weight, pad, grad_input, stage_channels<MODE>(), p)) return false;
   const size_t wbytes = gmma_wbytes(p.nstage);
   static_assert(kNJ * 32 * 16 == kGNT8 * 256, "both B layouts: the same bytes per k step");
   const size_t smem = wbytes + 2 * (size_t)kBufWords * 4;  // B + two dy stage buffers
@@ -1139,12 +1137,12 @@ bool launch(const at::Tensor& grad_output, const at::Tensor& weight, int pad, co
 }
 
 // The 3xFP16 kernel (sm_90 device, sm_90a code): false where B (K <= 96)
-// and the two stage buffers do not fit, or the batch is small.
+// and the two stage buffers do not fit.
 bool launch_x3(const at::Tensor& grad_output, const at::Tensor& weight, int pad, const at::Tensor& grad_input) {
   const auto* prop = at::cuda::getCurrentDeviceProperties();
   const int max_smem = (int)prop->sharedMemPerBlockOptin, num_sms = prop->multiProcessorCount;
   Params p;
-  if (!make_params_x3(grad_output, weight, pad, grad_input, num_sms, p)) return false;
+  if (!make_params_x3(grad_output, weight, pad, grad_input, p)) return false;
   const size_t wbytes = x3_wbytes(p.nstage);
   const size_t smem = wbytes + 2 * (size_t)kXStage + kXExtra;
   if (smem > (size_t)max_smem) return false;
