@@ -1003,8 +1003,8 @@ __global__ void __launch_bounds__(kXThreads, 1) conv11s4_dgrad_x3_kernel(const P
 #pragma unroll
       for (int tap = 0; tap < kTaps; ++tap) {
         const uint32_t toff = (tap / 3) * p.RSW + tap % 3;
-        gmma_ss_f16<2 * kGNT8>(acc, ahi - toff, bd + tap * kStepU, tap > 0);  // tap 0 overwrites
-        gmma_ss_f16<kGNT8>(acc, alo - toff, bd + tap * kStepU, 1);
+        gmma_ss<__half, 2 * kGNT8>(acc, ahi - toff, bd + tap * kStepU, tap > 0);  // tap 0 overwrites
+        gmma_ss<__half, kGNT8>(acc, alo - toff, bd + tap * kStepU, 1);
       }
       gmma_commit();
 

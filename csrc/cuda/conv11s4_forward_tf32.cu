@@ -226,7 +226,7 @@ __device__ __forceinline__ void consume(const Params& p, uint32_t s_a, uint32_t 
         if constexpr (step_plane(s) == j) {
           constexpr int off = group_off(2 * s), lbo = group_off(2 * s + 1) - off;
           constexpr uint64_t a_step = (uint64_t)(off >> 4) | ((uint64_t)(lbo >> 4) << 16);
-          gmma_ss_tf32<NT8>(acc, da + a_step, db + (uint64_t)(s * 2 * NT), s > 0);
+          gmma_ss<float, NT8>(acc, da + a_step, db + (uint64_t)(s * 2 * NT), s > 0);
         }
       });
       gmma_commit();

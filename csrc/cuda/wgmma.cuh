@@ -97,8 +97,9 @@ __device__ __forceinline__ void gmma_rs(float* d, const uint32_t* a, uint64_t de
 #undef ALEXOP_N48
 
 // wgmma with both operands in shared memory (descriptors), D = A * B when
-// scale_d is 0, else D += A * B: fp16 (NT8 = 6 or 12; K-major, hence the
-// two transpose flags 0) and tf32 (NT8 = 8 or 12; always K-major, no flags).
+// scale_d is 0, else D += A * B: T = __half (k16; NT8 = 6 or 12; K-major,
+// hence the two transpose flags 0) or float for tf32 (k8; NT8 = 8 or 12;
+// always K-major, no flags).
 #define ALEXOP_SS48 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23", "%24", "%25", "%26", ALEXOP_ACC24
@@ -117,21 +118,18 @@ __device__ __forceinline__ void gmma_rs(float* d, const uint32_t* a, uint64_t de
                BDESC ", p, 1, 1" TAIL ";\n}\n"                                                     \
                : __VA_ARGS__                                                                     \
                : "l"(desc_a), "l"(desc_b), "r"(scale_d))
-template <int NT8>
-__device__ __forceinline__ void gmma_ss_f16(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  if constexpr (NT8 == 6) {
+template <typename T, int NT8>
+__device__ __forceinline__ void gmma_ss(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, float>, "fp16 or tf32 (float) operands");
+  if constexpr (std::is_same_v<T, __half> && NT8 == 6) {
     ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16", ", 0, 0", ALEXOP_SS48);
-  } else {
-    static_assert(NT8 == 12, "m64n48 or m64n96");
+  } else if constexpr (std::is_same_v<T, __half>) {
+    static_assert(NT8 == 12, "fp16: m64n48 or m64n96");
     ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16", ", 0, 0", ALEXOP_SS96);
-  }
-}
-template <int NT8>
-__device__ __forceinline__ void gmma_ss_tf32(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  if constexpr (NT8 == 8) {
+  } else if constexpr (NT8 == 8) {
     ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", "", ALEXOP_SS64);
   } else {
-    static_assert(NT8 == 12, "m64n64 or m64n96");
+    static_assert(NT8 == 12, "tf32: m64n64 or m64n96");
     ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n96k8.f32.tf32.tf32", "", ALEXOP_SS96);
   }
 }
