@@ -59,7 +59,9 @@
 // small parts of B take twice the bytes; see dispatch_fp32). kBf16x3 takes
 // 3xFP16 where that runs (faster and more accurate), else the mma.sync
 // kernel. That kernel is compiled for every target; the wgmma code exists
-// only in the sm_90a pass.
+// only in the sm_90a pass. kTf32 with outputs 48-55 pixels wide and enough
+// tiles goes to a kernel of its own first, which reads the input as phase
+// planes with no gather (conv11s4_forward_tf32.cu).
 
 #include "fast_kernels.h"
 #include "launch_utils.h"
