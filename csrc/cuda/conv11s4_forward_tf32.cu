@@ -135,7 +135,9 @@ __host__ __device__ constexpr int group_off(int g) {
   return group_plane(h) * kPlaneBytes + group_rr(h) * kPitch + group_s0(h) * 4 + (g < kGroups ? 0 : 16);
 }
 // the plane whose arrival a k8 step waits for (its second group's)
-__host__ __device__ constexpr int step_plane(int s) { return group_plane(2 * s + 1 < kGroups ? 2 * s + 1 : kGroups - 1); }
+__host__ __device__ constexpr int step_plane(int s) {
+  return group_plane(2 * s + 1 < kGroups ? 2 * s + 1 : kGroups - 1);
+}
 
 constexpr int kChunks = kRows * kQf;  // 16-byte chunks per plane
 

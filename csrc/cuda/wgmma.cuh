@@ -152,25 +152,20 @@ template <int N> __device__ __forceinline__ void gmma_wait() {
 __device__ __forceinline__ void pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 // Generic-proxy writes (cp.async, st.shared) made visible to the tensor cores' async proxy.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// mbarrier (shared memory, CTA scope): init, arrive (release), and a spin on
-// try_wait.parity (acquire) until the phase of the given parity has completed.
+// mbarrier (shared memory, CTA scope): init, an arrival by the threads
+// where pred holds (release), and a spin on try_wait.parity (acquire) until
+// the phase of the given parity has completed.
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-// arrive, expecting tx more bytes from bulk copies that complete on it
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t tx) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(tx)
-               : "memory");
-}
-// arrive by the threads where pred holds, without a branch (a divergent
-// branch between wgmmas makes ptxas serialize them)
+// The arrival is predicated rather than branched around: a divergent branch
+// between wgmmas makes ptxas serialize them.
 __device__ __forceinline__ void mbar_arrive_if(uint32_t bar, bool pred) {
-  asm volatile("{\n.reg .pred p;\n.reg .b64 st;\nsetp.ne.b32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar),
-               "r"((int)pred)
-               : "memory");
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 st;\nsetp.ne.b32 p, %1, 0;\n"
+      "@p mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar),
+      "r"((int)pred)
+      : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
