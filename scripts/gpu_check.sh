@@ -27,11 +27,13 @@ for dt in (torch.float32, torch.bfloat16):
     torch.ops.alexop.conv11s4_backward_input(torch.randn_like(y), w.to(dt), list(x.shape), 2)
     # the 16-bit wgmma weight gradient needs an even width
     torch.ops.alexop.conv11s4_backward_weight(torch.randn(2, 96, 55, 55, device="cuda", dtype=dt), torch.rand(2, 3, 224, 224, device="cuda", dtype=dt), 2, True)
-    # the 16-bit forward stages its outputs for store warps from 2 tiles per SM (batch 24 at
-    # 224x224): space-to-depth kernel for even padding (NCHW and channels_last copies), gather
-    # kernel for odd padding
-    alexop.conv11s4(torch.rand(24, 3, 224, 224, device="cuda", dtype=dt), w.to(dt), b.to(dt))
-    alexop.conv11s4(torch.rand(24, 3, 224, 224, device="cuda", dtype=dt).to(memory_format=torch.channels_last), w.to(dt), b.to(dt))
+    # the 16-bit forward on phase planes from one 192-pixel tile per SM (batch 8 at 224x224), with
+    # its store warpgroup: NCHW (cp.async) and channels_last (register) copies, 96 and 64 channel slots
+    alexop.conv11s4(torch.rand(8, 3, 224, 224, device="cuda", dtype=dt), w.to(dt), b.to(dt))
+    alexop.conv11s4(torch.rand(8, 3, 224, 224, device="cuda", dtype=dt).to(memory_format=torch.channels_last), w[:64].to(dt), b[:64].to(dt))
+    # other widths stage their outputs for store warps from 2 tiles per SM: the space-to-depth
+    # kernel for even padding (98x130: 31 outputs wide), the gather kernel for odd padding
+    alexop.conv11s4(torch.rand(96, 3, 98, 130, device="cuda", dtype=dt), w.to(dt), b.to(dt))
     alexop.conv11s4(torch.rand(24, 3, 224, 224, device="cuda", dtype=dt), w.to(dt), b.to(dt), 1)
     # the tensor-core input gradient at batch 8 (and at batch 2 above)
     torch.ops.alexop.conv11s4_backward_input(torch.randn(8, 96, 55, 55, device="cuda", dtype=dt), w.to(dt), [8, 3, 224, 224], 2)

@@ -72,19 +72,21 @@ def test_forward_accuracy(shape, dtype, mode, bound, channels_last):
         torch.testing.assert_close(out.double().cpu(), ref, atol=1e-4, rtol=1e-4)
 
 
-# From two 256-pixel tiles per SM on (batch >= 22 at 224x224 on a 132-SM
-# H100/H200), the 16-bit Hopper forward hands its outputs to store warps that
-# write each channel's run in aligned 16-byte chunks: odd plane lengths (each
-# run starts mid-chunk, differently per channel), ragged last tiles, no bias.
-# Inputs of even padding and width take its space-to-depth form, NCHW and
-# channels_last each with their own copy. From one 192-pixel tile per SM on,
-# TF32 outputs 48-55 pixels wide take the kernel that reads the input as
-# phase planes: 8-byte copies for NCHW of even padding and width, 4-byte ones
-# otherwise, 64 or 96 channel slots; the rest the gather kernel.
+# From one 192-pixel tile per SM on, outputs 48-55 pixels wide take the
+# kernels that read the input as phase planes: TF32 (8-byte copies for NCHW
+# of even padding and width, 4-byte ones otherwise) and 16-bit of even
+# padding and width (NCHW: cp.async; channels_last: register copies), 64 or
+# 96 channel slots, the 16-bit ones with a store warpgroup; ragged last
+# tiles, no bias. Other widths: from two 256-pixel tiles per SM the 16-bit
+# Hopper forward hands its outputs to store warps that write each channel's
+# run in aligned 16-byte chunks (odd plane lengths: each run starts
+# mid-chunk, differently per channel); even padding and width take its
+# space-to-depth form, NCHW and channels_last each with their own copy; the
+# rest the gather kernel.
 MANY_TILE_SHAPES = [
     (96, 96, 97, 131, 1),  # 23 x 31 outputs: 3 tiles per image, the last ragged
     (40, 64, 225, 223, 0),  # 54 x 54 outputs: 12 tiles per image
-    # even padding and width: the space-to-depth kernel
+    # even padding and width: the space-to-depth kernel, or for 48-55 wide the planes
     (96, 96, 98, 130, 2),  # 23 x 31 outputs, ragged last tile
     (40, 64, 226, 224, 0),  # 54 x 54
     (24, 96, 224, 224, 2),  # the headline shape

@@ -59,9 +59,10 @@
 // small parts of B take twice the bytes; see dispatch_fp32). kBf16x3 takes
 // 3xFP16 where that runs (faster and more accurate), else the mma.sync
 // kernel. That kernel is compiled for every target; the wgmma code exists
-// only in the sm_90a pass. kTf32 with outputs 48-55 pixels wide and enough
-// tiles goes to a kernel of its own first, which reads the input as phase
-// planes with no gather (conv11s4_forward_tf32.cu).
+// only in the sm_90a pass. kTf32 and 16-bit problems with outputs 48-55
+// pixels wide and enough tiles go to kernels of their own first, which read
+// the input as phase planes with no gather (conv11s4_forward_planes.cu; 16-bit
+// of even padding and width).
 
 #include "fast_kernels.h"
 #include "launch_utils.h"
@@ -639,12 +640,6 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
 // space-to-depth kernel 0.235 / 0.235 before, 0.235 / 0.222 after; gather
 // kernel 0.244 / 0.243 before, 0.237 / 0.235 after.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ void stmatrix_x4_trans(uint32_t saddr, uint32_t r0, uint32_t r1, uint32_t r2,
-                                                  uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(saddr),
-               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-               : "memory");
-}
 __device__ __forceinline__ uint4 lds128(const void* p) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
@@ -714,30 +709,6 @@ __device__ __forceinline__ void store_staged_rows(const uint16_t* st, int ls, in
         if (live) yc[r] = lds16(st + (size_t)c * ls + r);
       }
     }
-  }
-}
-
-// The MMA warps' half of the staged epilogue: this warp's 16 rows of the
-// accumulators (pixels px..px+15 of the tile), bias added and rounded, to the
-// staging rows as [channel][pixel].
-template <typename T, int NT8>
-__device__ __forceinline__ void stage_rows(const float* acc, const float* sbias, unsigned char* stage, int ls,
-                                           int px, int lane) {
-  const int t = lane & 3, mi = lane >> 3, r = lane & 7;
-  // this lane's row address: block mi of an x4 = (n8 tile 2jq + mi / 2, rows 8 (mi & 1) + 0..7)
-  const uint32_t sa =
-      smem_u32(reinterpret_cast<uint16_t*>(stage) + (size_t)(8 * (mi >> 1) + r) * ls + px + 8 * (mi & 1));
-#pragma unroll
-  for (int jq = 0; jq < NT8 / 2; ++jq) {
-    uint32_t rr[4];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int j = 2 * jq + h;
-      const float2 bv = *reinterpret_cast<const float2*>(sbias + j * 8 + 2 * t);
-      rr[2 * h] = pack2(from_f<T>(acc[j * 4] + bv.x), from_f<T>(acc[j * 4 + 1] + bv.y));
-      rr[2 * h + 1] = pack2(from_f<T>(acc[j * 4 + 2] + bv.x), from_f<T>(acc[j * 4 + 3] + bv.y));
-    }
-    stmatrix_x4_trans(sa + jq * 16 * ls * 2, rr[0], rr[1], rr[2], rr[3]);
   }
 }
 
@@ -1613,13 +1584,15 @@ bool conv11s4_forward_fast(const at::Tensor& input, const at::Tensor& weight,
       if (math == Fp32Math::kBf16x3)
         return dispatch_h3(gmma, input, weight, bias, pad, nhwc, output, tiles, sms) ||
                dispatch_fp32<kB3>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);
-      if (gmma && conv11s4_forward_tf32_planes(input, weight, bias, pad, nhwc, output)) return true;
+      if (gmma && conv11s4_forward_planes(input, weight, bias, pad, nhwc, output)) return true;
       return dispatch<float, kTF, 1>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);
     case at::kBFloat16:
+      if (gmma && conv11s4_forward_planes(input, weight, bias, pad, nhwc, output)) return true;
       if (!nhwc && pad % 2 == 0)
         return dispatch<__nv_bfloat16, kHalfP, 2>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);
       return dispatch<__nv_bfloat16, kHalf, 2>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);
     case at::kHalf:
+      if (gmma && conv11s4_forward_planes(input, weight, bias, pad, nhwc, output)) return true;
       if (!nhwc && pad % 2 == 0)
         return dispatch<__half, kHalfP, 2>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);
       return dispatch<__half, kHalf, 2>(gmma, input, weight, bias, pad, nhwc, output, tiles, sms);

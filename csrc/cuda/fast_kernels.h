@@ -32,12 +32,14 @@ bool conv11s4_forward_fast(
     Fp32Math math,
     const at::Tensor& output);
 
-// The TF32 forward whose A operand the tensor cores read from shared memory
-// (conv11s4_forward_tf32.cu): sm_90a, float32, K <= 96, outputs 48 to 55
-// pixels wide and a batch of one tile per SM or more; preconditions as
-// above, nhwc: the input is channels_last. conv11s4_forward_fast offers it
-// TF32 problems first.
-bool conv11s4_forward_tf32_planes(
+// The forwards whose A operand the tensor cores read from shared memory
+// (conv11s4_forward_planes.cu): sm_90a, K <= 96, outputs 48 to 55 pixels
+// wide, a batch of one tile per SM or more, either layout, and float32
+// (computed in TF32: offer it TF32 problems only) or bf16 / fp16 of even
+// padding and width; preconditions as above, nhwc: the input is
+// channels_last. conv11s4_forward_fast offers them TF32 and 16-bit
+// problems first.
+bool conv11s4_forward_planes(
     const at::Tensor& input,
     const at::Tensor& weight,
     const std::optional<at::Tensor>& bias,

@@ -33,6 +33,10 @@ __device__ __forceinline__ void cp_async4n(uint32_t dst, const void* src, int nb
 __device__ __forceinline__ void cp_async8n(uint32_t dst, const void* src, int nbytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
 }
+// Two words to shared address dst (8-byte aligned).
+__device__ __forceinline__ void st_shared_v2(uint32_t dst, uint32_t a, uint32_t b) {
+  asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(dst), "r"(a), "r"(b) : "memory");
+}
 // One arrival on the mbarrier at shared address bar once all of this
 // thread's earlier cp.async copies have landed (counted in its expected
 // arrivals: .noinc).

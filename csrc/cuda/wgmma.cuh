@@ -1,8 +1,8 @@
 #pragma once
 // Hopper (sm_90a) wgmma building blocks shared by the forward and both
 // gradients: the register-A forms D += A * B (B in shared memory through a
-// descriptor) for the widths the kernels use, fp16 and tf32 forms with A in
-// shared memory too (the fp32-accurate input gradient, the TF32 forward), the
+// descriptor) for the widths the kernels use, 16-bit and tf32 forms with A in
+// shared memory too (the fp32-accurate input gradient, the plane forwards), the
 // fences around them, and the host-side check that the build carries sm_90a
 // code for a device.
 // The device code exists only in the sm_90a pass (__CUDA_ARCH_FEAT_SM90_ALL);
@@ -97,9 +97,9 @@ __device__ __forceinline__ void gmma_rs(float* d, const uint32_t* a, uint64_t de
 #undef ALEXOP_N48
 
 // wgmma with both operands in shared memory (descriptors), D = A * B when
-// scale_d is 0, else D += A * B: T = __half (k16; NT8 = 6 or 12; K-major,
-// hence the two transpose flags 0) or float for tf32 (k8; NT8 = 8 or 12;
-// always K-major, no flags).
+// scale_d is 0, else D += A * B: T = __half or __nv_bfloat16 (k16; NT8 = 6,
+// 8 or 12; K-major, hence the two transpose flags 0) or float for tf32 (k8;
+// NT8 = 8 or 12; always K-major, no flags).
 #define ALEXOP_SS48 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23", "%24", "%25", "%26", ALEXOP_ACC24
@@ -118,21 +118,33 @@ __device__ __forceinline__ void gmma_rs(float* d, const uint32_t* a, uint64_t de
                BDESC ", p, 1, 1" TAIL ";\n}\n"                                                     \
                : __VA_ARGS__                                                                     \
                : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+#define ALEXOP_WGMMA_SS16(MN, ...)                                                                  \
+  if constexpr (std::is_same_v<T, __half>) {                                                        \
+    ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned." MN "k16.f32.f16.f16", ", 0, 0", __VA_ARGS__);   \
+  } else {                                                                                          \
+    ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned." MN "k16.f32.bf16.bf16", ", 0, 0", __VA_ARGS__); \
+  }
 template <typename T, int NT8>
 __device__ __forceinline__ void gmma_ss(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, float>, "fp16 or tf32 (float) operands");
-  if constexpr (std::is_same_v<T, __half> && NT8 == 6) {
-    ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16", ", 0, 0", ALEXOP_SS48);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    static_assert(NT8 == 12, "fp16: m64n48 or m64n96");
-    ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16", ", 0, 0", ALEXOP_SS96);
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float>,
+                "fp16, bf16 or tf32 (float) operands");
+  if constexpr (std::is_same_v<T, float>) {
+    static_assert(NT8 == 8 || NT8 == 12, "tf32: m64n64 or m64n96");
+    if constexpr (NT8 == 8) {
+      ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", "", ALEXOP_SS64);
+    } else {
+      ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n96k8.f32.tf32.tf32", "", ALEXOP_SS96);
+    }
+  } else if constexpr (NT8 == 6) {
+    ALEXOP_WGMMA_SS16("m64n48", ALEXOP_SS48)
   } else if constexpr (NT8 == 8) {
-    ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", "", ALEXOP_SS64);
+    ALEXOP_WGMMA_SS16("m64n64", ALEXOP_SS64)
   } else {
-    static_assert(NT8 == 12, "tf32: m64n64 or m64n96");
-    ALEXOP_WGMMA_SS("wgmma.mma_async.sync.aligned.m64n96k8.f32.tf32.tf32", "", ALEXOP_SS96);
+    static_assert(NT8 == 12, "16-bit: m64n48, m64n64 or m64n96");
+    ALEXOP_WGMMA_SS16("m64n96", ALEXOP_SS96)
   }
 }
+#undef ALEXOP_WGMMA_SS16
 #undef ALEXOP_WGMMA_SS_I
 #undef ALEXOP_WGMMA_SS
 #undef ALEXOP_SS96
@@ -185,6 +197,40 @@ __device__ __forceinline__ uint64_t gmma_desc(uint32_t saddr, uint32_t lbo, uint
 }
 // The weights' layout in the kernels: lbo 128, sbo 256.
 __device__ __forceinline__ uint64_t gmma_desc(uint32_t saddr) { return gmma_desc(saddr, 128, 256); }
+
+// stmatrix: four 8 x 8 b16 matrices, transposed, to shared memory (lane l
+// gives the address of row l & 7 of matrix l >> 3).
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t saddr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                  uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(saddr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
+// The MMA warps' half of a staged 16-bit epilogue (the forwards' store
+// warpgroups): this warp's 16 rows of an m64 x 8 NT8 accumulator (pixels
+// px..px+15 of the tile), bias added and rounded, to the staging rows as
+// [channel][pixel], ls elements apart.
+template <typename T, int NT8>
+__device__ __forceinline__ void stage_rows(const float* acc, const float* sbias, unsigned char* stage, int ls,
+                                           int px, int lane) {
+  const int t = lane & 3, mi = lane >> 3, r = lane & 7;
+  // this lane's row address: block mi of an x4 = (n8 tile 2jq + mi / 2, rows 8 (mi & 1) + 0..7)
+  const uint32_t sa =
+      smem_u32(reinterpret_cast<uint16_t*>(stage) + (size_t)(8 * (mi >> 1) + r) * ls + px + 8 * (mi & 1));
+#pragma unroll
+  for (int jq = 0; jq < NT8 / 2; ++jq) {
+    uint32_t rr[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int j = 2 * jq + h;
+      const float2 bv = *reinterpret_cast<const float2*>(sbias + j * 8 + 2 * t);
+      rr[2 * h] = pack2(from_f<T>(acc[j * 4] + bv.x), from_f<T>(acc[j * 4 + 1] + bv.y));
+      rr[2 * h + 1] = pack2(from_f<T>(acc[j * 4 + 2] + bv.x), from_f<T>(acc[j * 4 + 3] + bv.y));
+    }
+    stmatrix_x4_trans(sa + jq * 16 * ls * 2, rr[0], rr[1], rr[2], rr[3]);
+  }
+}
 
 #endif
 

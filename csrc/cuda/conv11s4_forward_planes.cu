@@ -1,0 +1,588 @@
+// Forwards on wgmma with both operands in shared memory (sm_90a): TF32 (the
+// float32 forward under torch.set_float32_matmul_precision("medium")) and
+// bf16 / fp16 (even padding and width), NCHW or channels_last, for images
+// whose outputs are 48 to 55 pixels wide (AlexNet's 224 x 224 with padding
+// 2, 227 x 227 without), K <= 96, batches of one tile per SM or more.
+//
+// Why kernels of their own: the gather kernels (conv11s4_forward_tc.cu) form
+// every A fragment in registers (table loads, patch loads, cvt or ldmatrix
+// per k step), which kept the tensor pipe about 31% busy. Here the tensor
+// cores read A straight from shared memory by descriptor: a wgmma core
+// matrix row is 16 bytes of k for one output pixel, and the stride of 4
+// columns puts the next output pixel's row exactly 16 bytes on, when the
+// input is laid out as below. The MMA loop is then one wgmma per k step.
+//
+// Layout. The input is kept as phase planes of 16-byte aligned rows of 57 x
+// 16 bytes, whose 16-byte unit u holds padded columns 4u .. 4u + 3:
+//  - TF32 (4 bytes a value): plane (c, a), a = 0..3, holds the padded rows
+//    4i + a of channel c; a unit is 4 columns of one row;
+//  - 16-bit: plane (b, c), b = 0, 1, holds the rows 4i + 2b and 4i + 2b + 1;
+//    a unit is the 4 columns of the first row, then the same of the second.
+// Output pixel (p, q) is flat pixel f = 57p + q (q = 55, 56 are computed and
+// dropped). Its A row for a k group (a unit's worth of (c, r, s)) lies in
+// plane row p + R, unit q + j: the group's origin plus 16 f bytes. A k step
+// (two groups) is one descriptor: start at the first group, LBO = the
+// distance to the second, SBO = 128 (8 consecutive pixels). TF32: 99 groups
+// (s = 11 zero-weighted) and an all-zero one, 50 k8 steps, K = 400. 16-bit:
+// the 3 x 3 blocks of 4 x 4 pixels of the space-to-depth view as 54 groups
+// (r, s = 11 zero-weighted), 27 k16 steps, K = 432.
+//
+// Tiles of 192 consecutive flat pixels of one image, three consumer
+// warpgroups of m64 x all channels; their rows need 7 rows of each plane
+// (6.4 KB a plane). The weights stay resident (in wgmma's K-major layout:
+// 154 KB TF32, 83 KB 16-bit at K = 96, arranged by a prep kernel). Planes
+// are refilled plane by plane (16-bit: two tiles' sets, alternating): a
+// consumer warpgroup releases plane j once its wgmmas that read it have
+// completed, and a producer warpgroup copies the plane for the CTA's next
+// tile (zero-filled outside the image: the padding) and marks it full when
+// the copies land; mbarriers both ways. So the next tile's first planes land
+// while this tile's last ones are in use. TF32 input values are not
+// rounded: the tensor cores use their TF32 part (truncation; rel L2 3.5e-4
+// against 2.2e-4 for rounded operands, the TF32 bound being 1e-3), see
+// load_planes.
+//
+// Outputs: TF32 consumers store their accumulators straight to NCHW after
+// each tile. 16-bit ones stage them in shared memory (stmatrix) for a store
+// warpgroup, which writes them while the next tile's wgmmas run: stored by
+// the consumers, all CTAs' stores came in bursts beside idle tensor cores.
+//
+// Measured (H200, batch 256, 224 x 224, pad 2, ms; dev/p16 builds with
+// switches, same process as the previous kernels where compared):
+//  - TF32 K = 96: 0.285-0.29 (gather kernel 0.39); the copies' pieces taken
+//    by consecutive threads (shared stores without bank conflicts, fewer
+//    instructions per piece) 0.257 (K = 64: 0.201; channels_last 0.308).
+//    Without copies 0.216-0.222, without copies and stores 0.171-0.193.
+//  - bf16 K = 96, stores by the consumers: 0.216-0.224 against the
+//    space-to-depth kernel's 0.222-0.232; with the store warpgroup 0.172
+//    (fp16 0.174, K = 64 0.150, batch 128 0.099, 32 0.042, 8 0.028). Of
+//    the 0.172: without stores 0.163, without copies 0.142, without either
+//    0.117, about 57% of the tensor cores' bf16 peak; the wgmma operand
+//    reads alone take ~85% of shared memory's bandwidth at that peak.
+// The bulk tensor copy cannot do the copies: its innermost box start must
+// be 16-byte aligned.
+//
+// Like the gather kernels, zero-weighted k slots read real input values: an
+// Inf/NaN input can reach outputs whose window excludes it.
+
+#include "fast_kernels.h"
+#include "launch_utils.h"
+#include "ptx.cuh"
+#include "wgmma.cuh"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+namespace alexop::cuda {
+namespace {
+
+constexpr int kC = 3;
+constexpr int kR = 11;
+constexpr int kQf = 57;                         // flat pixels per output row
+constexpr int kPitch = kQf * 16;                // bytes per plane row
+constexpr int kRows = 7;                        // plane rows a tile reads
+constexpr int kPlaneBytes = kRows * kPitch;
+constexpr int kConsumers = 3;                   // MMA warpgroups
+constexpr int kMT = 64 * kConsumers;            // flat pixels per tile
+constexpr int kLs = kMT + 8;  // staged row: one channel's 192 pixels; 16 bytes more keep stmatrix conflict-free
+static_assert(kMT + kQf - 1 <= (kRows - 2) * kQf, "a tile's pixels span rows 0 .. kRows - 3 of the window");
+
+// The planes and k groups of each element type. A group is one 16-byte row
+// of a core matrix: kElems k values of one output pixel; group g lies in
+// plane(g) at plane row (output row +) row(g), byte col(g) (+ 16 per
+// pixel), and its element e has the weight tap (tap_c(g), tap_r(g, e),
+// tap_s(g, e)), zero where r or s reaches 11. Groups are numbered in order
+// of their offsets, so a k step's LBO is positive.
+//
+// 16-bit: plane j = 3b + c holds the padded rows 4i + 2b and 4i + 2b + 1 of
+// channel c, interleaved by 4-column blocks (16 bytes: 4 values of the
+// first row, then the same 4 columns of the second). Group (b, c, R, j):
+// block j of the pixel's 3 x 3 blocks, rows 4R + 2b and + 1; 54 groups, 27
+// k16 steps, K = 432. The three channels of a b are adjacent planes, which
+// the channels_last copy fills together.
+template <typename T>
+struct Layout {
+  static constexpr int kPlanes = 2 * kC;
+  static constexpr int kGroups = 54;
+  static constexpr int kSteps = 27;
+  static constexpr int kElems = 8;
+  static constexpr int kBufs = 2;  // B is half the size of TF32's: room for a second tile's planes
+  static constexpr bool kStaged = true;  // outputs staged in shared memory for a store warpgroup
+  __host__ __device__ static constexpr int plane(int g) { return g / 9; }
+  __host__ __device__ static constexpr int row(int g) { return g % 9 / 3; }
+  __host__ __device__ static constexpr int col(int g) { return 16 * (g % 3); }
+  __host__ __device__ static constexpr int tap_c(int g) { return plane(g) % kC; }
+  __host__ __device__ static constexpr int tap_r(int g, int e) { return 4 * row(g) + 2 * (plane(g) / kC) + e / 4; }
+  __host__ __device__ static constexpr int tap_s(int g, int e) { return 4 * (g % 3) + e % 4; }
+  // plane j: channel, first padded row mod 4
+  __host__ __device__ static constexpr int plane_c(int j) { return j % kC; }
+  __host__ __device__ static constexpr int plane_a(int j) { return 2 * (j / kC); }
+};
+
+// TF32: plane (c, a) holds the padded rows 4i + a of channel c. Group g of
+// channel g / 33: planes a = 0, 1, 2 with rows R = 0..2 and a = 3 with R =
+// 0, 1 (r = 4R + a <= 10), three column groups s0 = 0, 4, 8 each. 99 groups
+// and one all-zero group (16 bytes past the last one: real values, zero
+// weights): 50 k8 steps, K = 400.
+template <>
+struct Layout<float> {
+  static constexpr int kPlanes = 4 * kC;
+  static constexpr int kGroups = 99;
+  static constexpr int kSteps = 50;
+  static constexpr int kElems = 4;
+  static constexpr int kBufs = 1;  // 154 KB of weights leave room for one
+  static constexpr bool kStaged = false;
+  __host__ __device__ static constexpr int a(int g) { return g % 33 < 27 ? g % 33 / 9 : 3; }
+  __host__ __device__ static constexpr int plane(int g) { return 4 * (g / 33) + a(g); }
+  __host__ __device__ static constexpr int row(int g) { return (g % 33 - 9 * a(g)) / 3; }
+  __host__ __device__ static constexpr int col(int g) { return 16 * ((g % 33 - 9 * a(g)) % 3); }
+  __host__ __device__ static constexpr int tap_c(int g) { return g / 33; }
+  __host__ __device__ static constexpr int tap_r(int g, int) { return 4 * row(g) + a(g); }
+  __host__ __device__ static constexpr int tap_s(int g, int e) { return col(g) / 4 + e; }
+  __host__ __device__ static constexpr int plane_c(int j) { return j >> 2; }
+  __host__ __device__ static constexpr int plane_a(int j) { return j & 3; }
+};
+
+template <typename T>
+constexpr int kThreads = 128 * (kConsumers + 1 + Layout<T>::kStaged);
+
+template <typename T>
+struct Params {
+  const T* x;
+  const uint4* wb;  // prepared weights
+  const T* bias;    // may be null
+  T* y;
+  int64_t sN;  // input element strides: image, channel, row, column
+  int sC, sY, sX;
+  int H, W, K, P, Q, PQ, pad;
+  int tiles_per_img, total_tiles;
+  int vec8;  // float: NCHW, even padding and width, 8-byte aligned: 8-byte copies
+};
+
+// B for NT channels in wgmma's K-major layout: per k step two blocks (its
+// groups) of NT rows x 16 bytes; TF32-rounded for float.
+template <typename T, int NT>
+__global__ void prep_weights_planes_kernel(const T* __restrict__ w, int K, T* __restrict__ out) {
+  using L = Layout<T>;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;  // ((group, n), e)
+  if (i >= L::kSteps * 2 * NT * L::kElems) return;
+  const int e = i % L::kElems, n = i / L::kElems % NT, g = i / L::kElems / NT;
+  float v = 0.f;
+  if (g < L::kGroups && n < K) {
+    const int r = L::tap_r(g, e), s = L::tap_s(g, e);
+    if (r < kR && s < kR) v = to_f(w[((n * kC + L::tap_c(g)) * kR + r) * kR + s]);
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    out[i] = __uint_as_float(to_tf32(v));
+  } else {
+    out[i] = from_f<T>(v);
+  }
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// f(integral_constant<int, i>) for i = 0 .. N - 1: the k loop's plane and
+// step become compile-time constants, and so do its descriptor offsets.
+template <typename F, int... I>
+__device__ __forceinline__ void static_for_seq(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_seq(f, std::make_integer_sequence<int, N>{});
+}
+
+// byte offset of group g's origin in a tile's planes (past the last group:
+// the zero group, 16 bytes on)
+template <typename L>
+__host__ __device__ constexpr int group_off(int g) {
+  const int h = g < L::kGroups ? g : L::kGroups - 1;
+  return L::plane(h) * kPlaneBytes + L::row(h) * kPitch + L::col(h) + (g < L::kGroups ? 0 : 16);
+}
+// the plane whose arrival a k step waits for (its second group's)
+template <typename L>
+__host__ __device__ constexpr int step_plane(int s) {
+  return L::plane(2 * s + 1 < L::kGroups ? 2 * s + 1 : L::kGroups - 1);
+}
+
+constexpr int kChunks = kRows * kQf;  // 16-byte units per plane
+
+// The producer warpgroup copies plane after plane as the consumers release
+// them; each thread's copies of plane j count as one arrival on full[j] once
+// they have landed (cp.async.mbarrier.arrive.noinc), so no thread waits for
+// its own copies. A unit is copied in pieces of kB bytes (TF32: 4 columns
+// of one row, kB = 8 for NCHW of even padding and width, else 4; 16-bit: 2
+// columns of the first row, 2 more, then the same of the second row), and
+// consecutive threads take consecutive pieces, so that a warp's copies
+// fill contiguous shared memory (one thread a unit: 4-way bank conflicts).
+// TF32 values stay fp32: the tensor cores read their TF32 part
+// (truncation). Rounding them in place first cost more than the planes
+// gain: with two of the four warps copying and two rounding (and fencing
+// each plane for the tensor cores) the headline took 0.394 ms against 0.306
+// (H200, same build). Every plane has the same pieces per thread, so their
+// geometry is computed once.
+constexpr int kLoaders = 128;
+
+template <typename T, int kB>
+__device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, uint32_t s_empty, uint32_t s_full,
+                                            int t) {
+  using L = Layout<T>;
+  constexpr bool k16 = !std::is_same_v<T, float>;
+  constexpr int kPer = 16 / kB, kPieces = kChunks * kPer, kN = (kPieces + kLoaders - 1) / kLoaders;
+  static_assert(!k16 || kB == 4, "16-bit: 4-byte pieces");
+  // per piece: shared offset, padded row offset, input offset from the
+  // plane's first row (32 bits: an image has < 2^31 values), and whether its
+  // columns lie in the image (8-byte and 16-bit pieces: x and W even, so
+  // both values are in or out)
+  int dst[kN], ry[kN], src[kN];
+  uint32_t xin = 0;
+#pragma unroll
+  for (int v = 0; v < kN; ++v) {
+    const int w = t + kLoaders * v, u = w / kPer, k = w % kPer, i = u / kQf, m = u % kQf;
+    const int x = 4 * m + (k16 ? 2 * (k & 1) : k * kB / 4) - p.pad;
+    dst[v] = i * kPitch + m * 16 + k * kB;
+    ry[v] = 4 * i + (k16 ? k >> 1 : 0) - p.pad;
+    src[v] = ry[v] * p.sY + x * p.sX;
+    xin |= (unsigned)x < (unsigned)p.W ? 1u << v : 0u;
+  }
+  const bool last = t + kLoaders * (kN - 1) < kPieces;  // this thread has a piece in the last round
+  int it = 0;
+  for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x, ++it) {
+    const int n = tile / p.tiles_per_img, p0 = (tile - n * p.tiles_per_img) * kMT / kQf;
+    const int buf = it % L::kBufs, use = it / L::kBufs;
+    const T* img = p.x + n * p.sN;
+    for (int j = 0; j < L::kPlanes; ++j) {
+      const int slot = buf * L::kPlanes + j;
+      if (use > 0) mbar_wait(s_empty + 8 * slot, (use - 1) & 1);
+      const uint32_t base = s_a + slot * kPlaneBytes;
+      const int y0 = 4 * p0 + L::plane_a(j), off0 = L::plane_c(j) * p.sC + y0 * p.sY;
+#pragma unroll
+      for (int v = 0; v < kN; ++v) {
+        if (v == kN - 1 && !last) break;
+        const bool ok = (unsigned)(y0 + ry[v]) < (unsigned)p.H && (xin >> v & 1);
+        const T* from = img + (ok ? off0 + src[v] : 0);
+        if constexpr (kB == 8) {
+          cp_async8n(base + dst[v], from, ok ? 8 : 0);
+        } else {
+          cp_async4n(base + dst[v], from, ok ? 4 : 0);
+        }
+      }
+      cp_async_arrive_noinc(s_full + 8 * slot);
+    }
+  }
+}
+
+// 16-bit channels_last: a piece is 4 columns x 3 channels of one row (24
+// bytes, six 4-byte words: x and W even, so no word straddles the image's
+// edge), loaded to registers and written as the 8-byte halves of the three
+// channels' units (plain shared stores, then a proxy fence for the tensor
+// cores). The planes of a b (j = 3b + c) are filled together; consecutive
+// threads take the two rows of a unit, then the next unit, so a warp's
+// stores fill contiguous shared memory.
+template <typename T>
+__device__ __forceinline__ void load_planes_nhwc(const Params<T>& p, uint32_t s_a, uint32_t s_empty,
+                                                 uint32_t s_full, int t) {
+  using L = Layout<T>;
+  constexpr int kPieces = kChunks * 2, kN = (kPieces + kLoaders - 1) / kLoaders;
+  int dst[kN], ry[kN], src[kN];  // unit half's offset in a plane, row offset, input offset
+  uint32_t xin[kN];  // per word: its columns lie in the image
+#pragma unroll
+  for (int v = 0; v < kN; ++v) {
+    const int w = t + kLoaders * v, u = w >> 1, h = w & 1, i = u / kQf, m = u % kQf;
+    const int x = 4 * m - p.pad;
+    dst[v] = w < kPieces ? i * kPitch + m * 16 + 8 * h : -1;
+    ry[v] = 4 * i + h - p.pad;
+    src[v] = ry[v] * p.sY + x * kC;
+    xin[v] = 0;
+#pragma unroll
+    for (int k = 0; k < 6; ++k) xin[v] |= (unsigned)(x + 2 * k / 3) < (unsigned)p.W ? 1u << k : 0u;
+  }
+  int it = 0;
+  for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x, ++it) {
+    const int n = tile / p.tiles_per_img, p0 = (tile - n * p.tiles_per_img) * kMT / kQf;
+    const int buf = it % L::kBufs, use = it / L::kBufs;
+    const uint32_t* img = reinterpret_cast<const uint32_t*>(p.x + n * p.sN);
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const int slot = buf * L::kPlanes + kC * b;
+      if (use > 0) {
+#pragma unroll
+        for (int c = 0; c < kC; ++c) mbar_wait(s_empty + 8 * (slot + c), (use - 1) & 1);
+      }
+      // every piece's loads first: the shared stores (asm with a memory
+      // clobber) would otherwise keep each piece's loads behind the last's stores
+      const int y0 = 4 * p0 + 2 * b;
+      uint32_t wd[kN][6];
+#pragma unroll
+      for (int v = 0; v < kN; ++v) {
+        const bool rok = dst[v] >= 0 && (unsigned)(y0 + ry[v]) < (unsigned)p.H;
+        const uint32_t* from = img + (y0 * p.sY + src[v]) / 2;  // even: 4-byte aligned
+#pragma unroll
+        for (int k = 0; k < 6; ++k) wd[v][k] = rok && (xin[v] >> k & 1) ? from[k] : 0u;
+      }
+#pragma unroll
+      for (int v = 0; v < kN; ++v) {
+        if (dst[v] < 0) continue;
+        // halves e[3 col + c] in words e[2k] | e[2k + 1] << 16: channel c's
+        // columns 0, 1 and 2, 3 as two words
+        const uint32_t* e = wd[v];
+        const uint32_t d = s_a + slot * kPlaneBytes + dst[v];
+        st_shared_v2(d, __byte_perm(e[0], e[1], 0x7610), __byte_perm(e[3], e[4], 0x7610));
+        st_shared_v2(d + kPlaneBytes, __byte_perm(e[0], e[2], 0x5432), __byte_perm(e[3], e[5], 0x5432));
+        st_shared_v2(d + 2 * kPlaneBytes, __byte_perm(e[1], e[2], 0x7610), __byte_perm(e[4], e[5], 0x7610));
+      }
+      fence_proxy_async();
+#pragma unroll
+      for (int c = 0; c < kC; ++c) mbar_arrive_if(s_full + 8 * (slot + c), true);
+    }
+  }
+}
+
+// The store warpgroup: a staged tile channel by channel, a warp's lanes on
+// consecutive flat pixels (a row's real pixels are contiguous in NCHW), each
+// lane 6 pixels 32 apart whose output offsets serve every channel.
+template <typename T>
+__device__ __forceinline__ void store_tiles(const Params<T>& p, const uint16_t* stage, uint32_t s_sfull,
+                                            uint32_t s_sempty, int t) {
+  constexpr int kPer = kMT / 32;
+  const int warp = t >> 5, lane = t & 31;
+  uint16_t* y = reinterpret_cast<uint16_t*>(p.y);
+  int it = 0;
+  for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x, ++it) {
+    const int n = tile / p.tiles_per_img, f0 = (tile - n * p.tiles_per_img) * kMT;
+    int go[kPer];  // offset in a channel's plane, -1: no real pixel
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int f = f0 + lane + 32 * k, pp = f / kQf, q = f - kQf * pp;
+      go[k] = q < p.Q && pp < p.P ? pp * p.Q + q : -1;
+    }
+    uint16_t* img = y + (int64_t)n * p.K * p.PQ;
+    mbar_wait(s_sfull, it & 1);
+    for (int ch = warp; ch < p.K; ch += 4) {
+      const uint16_t* srow = stage + ch * kLs + lane;
+      uint16_t* yrow = img + ch * p.PQ;
+      uint16_t v[kPer];
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) v[k] = srow[32 * k];
+#pragma unroll
+      for (int k = 0; k < kPer; ++k)
+        if (go[k] >= 0) yrow[go[k]] = v[k];
+    }
+    mbar_arrive_if(s_sempty, true);
+  }
+}
+
+// Consumer warpgroup wg: 64 flat pixels of each tile x all channels. Plane
+// j's wgmmas are one commit group; once group j has been committed, group
+// j - kLag is waited for, after which plane j - kLag - 1 is read by no
+// pending wgmma (a step reads at most the plane before its own) and is
+// released. TF32: kLag = 2 measured 5% faster than 1 (0.286 against 0.300
+// ms at the headline, H200, same build), 3 and 4 slower again.
+constexpr int kLag = 2;
+
+template <typename T, int NT8>
+__device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32_t s_b, const float* sbias,
+                                        uint32_t s_full, uint32_t s_empty, unsigned char* stage, uint32_t s_sfull,
+                                        uint32_t s_sempty, int tid) {
+  using L = Layout<T>;
+  constexpr int NT = NT8 * 8;
+  const int wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+  const uint64_t db = gmma_desc(s_b, NT * 16, 128);
+  float acc[NT8 * 4];
+  int it = 0;
+  for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x, ++it) {
+    const int n = tile / p.tiles_per_img, f0 = (tile - n * p.tiles_per_img) * kMT, p0 = f0 / kQf;
+    const int bar0 = 8 * (it % L::kBufs) * L::kPlanes, parity = it / L::kBufs & 1;
+    const uint64_t da =
+        gmma_desc(s_a + (it % L::kBufs) * L::kPlanes * kPlaneBytes + (f0 - kQf * p0 + 64 * wg) * 16, 0, 128);
+    static_for<L::kPlanes>([&](auto jc) {
+      constexpr int j = decltype(jc)::value;
+      mbar_wait(s_full + bar0 + 8 * j, parity);
+      gmma_fence();  // after each wait's spin loop, or ptxas inserts one and serializes the wgmmas
+      static_for<L::kSteps>([&](auto sc) {
+        constexpr int s = decltype(sc)::value;
+        if constexpr (step_plane<L>(s) == j) {
+          constexpr int off = group_off<L>(2 * s), lbo = group_off<L>(2 * s + 1) - off;
+          constexpr uint64_t a_step = (uint64_t)(off >> 4) | ((uint64_t)(lbo >> 4) << 16);
+          gmma_ss<T, NT8>(acc, da + a_step, db + (uint64_t)(s * 2 * NT), s > 0);
+        }
+      });
+      gmma_commit();
+      if constexpr (j >= kLag) {
+        gmma_wait<kLag>();
+        if constexpr (j > kLag) mbar_arrive_if(s_empty + bar0 + 8 * (j - kLag - 1), wtid == 0);
+      }
+    });
+    gmma_wait<0>();
+    static_for<kLag + 1>([&](auto kc) {
+      mbar_arrive_if(s_empty + bar0 + 8 * (L::kPlanes - 1 - kLag + decltype(kc)::value), wtid == 0);
+    });
+    if constexpr (L::kStaged) {
+      if (it > 0) mbar_wait(s_sempty, (it - 1) & 1);
+      stage_rows<T, NT8>(acc, sbias, stage, kLs, 64 * wg + 16 * warp, lane);
+      mbar_arrive_if(s_sfull, true);
+      continue;
+    }
+    // rows 16 warp + lane / 4 (+ 8) of this warpgroup's 64, channels
+    // 8 j + 2 (lane % 4) (+ 1): NCHW stores with the bias added
+    const int fa = f0 + 64 * wg + 16 * warp + (lane >> 2), c0 = 2 * (lane & 3);
+    bool ok[2];
+    int64_t off[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int f = fa + 8 * h, pp = f / kQf, q = f - kQf * pp;
+      ok[h] = q < p.Q && pp < p.P;
+      off[h] = (int64_t)n * p.K * p.PQ + pp * p.Q + q;
+    }
+#pragma unroll
+    for (int j = 0; j < NT8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int ch = 8 * j + c0 + e;
+        if (ch >= p.K) continue;
+        const float b = sbias[ch];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (ok[h]) p.y[off[h] + (int64_t)ch * p.PQ] = from_f<T>(acc[4 * j + 2 * h + e] + b);
+      }
+    }
+  }
+}
+#endif
+
+template <typename T, int NT8>
+__global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(const Params<T> p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = Layout<T>;
+  constexpr int NT = NT8 * 8;
+  constexpr int kBBytes = L::kSteps * 2 * NT * 16;
+  constexpr int kSlots = L::kBufs * L::kPlanes;
+  constexpr int kABytes = kSlots * kPlaneBytes;
+  constexpr int kStageBytes = L::kStaged ? NT * kLs * 2 : 0;
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* stage = smem + kBBytes + kABytes;
+  float* sbias = reinterpret_cast<float*>(stage + kStageBytes);
+  const uint32_t s_b = smem_u32(smem), s_a = s_b + kBBytes;
+  const uint32_t s_full = s_a + kABytes + kStageBytes + NT * 4, s_empty = s_full + 8 * kSlots;
+  const uint32_t s_sfull = s_empty + 8 * kSlots, s_sempty = s_sfull + 8;
+  const int tid = threadIdx.x;
+  for (int i = tid; i < kBBytes / 16; i += kThreads<T>) cp_async16(smem + 16 * i, p.wb + i);
+  cp_async_commit();
+  for (int i = tid; i < NT; i += kThreads<T>) sbias[i] = p.bias != nullptr && i < p.K ? to_f(p.bias[i]) : 0.f;
+  if (tid < kSlots) {
+    mbar_init(s_full + 8 * tid, kLoaders);
+    mbar_init(s_empty + 8 * tid, kConsumers);
+  }
+  if (tid == 0) {
+    mbar_init(s_sfull, 128 * kConsumers);
+    mbar_init(s_sempty, 128);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  cp_async_wait_all();
+  fence_proxy_async();  // the weights, for the tensor cores
+  __syncthreads();
+  if (tid >= 128 * (kConsumers + 1)) {
+    if constexpr (L::kStaged)
+      store_tiles(p, reinterpret_cast<const uint16_t*>(stage), s_sfull, s_sempty, tid - 128 * (kConsumers + 1));
+  } else if (tid >= 128 * kConsumers) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (p.vec8) {
+        load_planes<T, 8>(p, s_a, s_empty, s_full, tid - 128 * kConsumers);
+        return;
+      }
+    }
+    if constexpr (L::kStaged) {
+      if (p.sX != 1) {
+        load_planes_nhwc(p, s_a, s_empty, s_full, tid - 128 * kConsumers);
+        return;
+      }
+    }
+    load_planes<T, 4>(p, s_a, s_empty, s_full, tid - 128 * kConsumers);
+  } else {
+    consume<T, NT8>(p, s_a, s_b, sbias, s_full, s_empty, stage, s_sfull, s_sempty, tid);
+  }
+#endif
+}
+
+template <typename T, int NT8>
+bool launch(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias, int pad,
+            bool nhwc, const at::Tensor& output) {
+  using L = Layout<T>;
+  constexpr int NT = NT8 * 8;
+  constexpr int kBBytes = L::kSteps * 2 * NT * 16;
+  constexpr int kSlots = L::kBufs * L::kPlanes;
+  const auto* prop = at::cuda::getCurrentDeviceProperties();
+  const size_t smem =
+      (size_t)kBBytes + kSlots * kPlaneBytes + (L::kStaged ? NT * kLs * 2 : 0) + NT * 4 + 16 * kSlots + 16;
+  if (smem > (size_t)prop->sharedMemPerBlockOptin) return false;
+  Params<T> p{};
+  p.H = (int)input.size(2);
+  p.W = (int)input.size(3);
+  p.K = (int)weight.size(0);
+  p.P = (int)output.size(2);
+  p.Q = (int)output.size(3);
+  p.PQ = p.P * p.Q;
+  p.pad = pad;
+  const int hw = p.H * p.W;
+  p.sN = (int64_t)kC * hw;
+  p.sC = nhwc ? 1 : hw;
+  p.sY = nhwc ? kC * p.W : p.W;
+  p.sX = nhwc ? kC : 1;
+  p.vec8 = !nhwc && pad % 2 == 0 && p.W % 2 == 0 && reinterpret_cast<uintptr_t>(input.data_ptr()) % 8 == 0;
+  p.tiles_per_img = (p.P * kQf + kMT - 1) / kMT;
+  const int64_t total = input.size(0) * (int64_t)p.tiles_per_img;
+  if (total > INT32_MAX || total < prop->multiProcessorCount) return false;
+  p.total_tiles = (int)total;
+
+  auto stream = at::cuda::getCurrentCUDAStream();
+  auto wbuf = at::empty({(int64_t)kBBytes}, input.options().dtype(at::kByte));
+  constexpr int kPrepThreads = L::kSteps * 2 * NT * L::kElems;
+  prep_weights_planes_kernel<T, NT><<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(
+      static_cast<const T*>(weight.data_ptr()), p.K, static_cast<T*>(wbuf.data_ptr()));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  p.x = static_cast<const T*>(input.data_ptr());
+  p.wb = static_cast<const uint4*>(wbuf.data_ptr());
+  p.bias = bias.has_value() ? static_cast<const T*>(bias->data_ptr()) : nullptr;
+  p.y = static_cast<T*>(output.data_ptr());
+  allow_max_dynamic_smem(conv11s4_fwd_planes_kernel<T, NT8>);
+  conv11s4_fwd_planes_kernel<T, NT8>
+      <<<(unsigned)std::min<int64_t>(total, prop->multiProcessorCount), kThreads<T>, smem, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
+template <typename T>
+bool launch_k(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias, int pad,
+              bool nhwc, const at::Tensor& output) {
+  return weight.size(0) <= 64 ? launch<T, 8>(input, weight, bias, pad, nhwc, output)
+                              : launch<T, 12>(input, weight, bias, pad, nhwc, output);
+}
+
+}  // namespace
+
+bool conv11s4_forward_planes(const at::Tensor& input, const at::Tensor& weight,
+                             const std::optional<at::Tensor>& bias, int pad, bool nhwc, const at::Tensor& output) {
+  const int64_t K = weight.size(0), Q = output.size(3);
+  if (K > 96 || Q < 48 || Q > 55) return false;
+  switch (input.scalar_type()) {
+    case at::kFloat:
+      return launch_k<float>(input, weight, bias, pad, nhwc, output);
+    case at::kBFloat16:
+    case at::kHalf:
+      // the copies move aligned 4-byte words, each within one column pair
+      if (pad % 2 != 0 || input.size(3) % 2 != 0 || reinterpret_cast<uintptr_t>(input.data_ptr()) % 4 != 0)
+        return false;
+      return input.scalar_type() == at::kHalf ? launch_k<__half>(input, weight, bias, pad, nhwc, output)
+                                              : launch_k<__nv_bfloat16>(input, weight, bias, pad, nhwc, output);
+    default:
+      return false;
+  }
+}
+
+}  // namespace alexop::cuda
