@@ -153,6 +153,21 @@ struct Layout<float> {
 template <typename T>
 constexpr int kThreads = 128 * (kConsumers + 1 + Layout<T>::kStaged);
 
+// Shared memory, in this order: the weights (B), the planes' slots, the
+// staged outputs (16-bit), the bias (fp32), the full and empty mbarriers of
+// each slot, then those of the staging buffer.
+template <typename T, int NT8>
+struct Smem {
+  using L = Layout<T>;
+  static constexpr int kSlots = L::kBufs * L::kPlanes;
+  static constexpr int kB = L::kSteps * 2 * NT8 * 8 * 16;
+  static constexpr int kA = kSlots * kPlaneBytes;
+  static constexpr int kStage = L::kStaged ? NT8 * 8 * kLs * 2 : 0;
+  static constexpr int kBias = kB + kA + kStage;
+  static constexpr int kBars = kBias + NT8 * 8 * 4;
+  static constexpr int kBytes = kBars + 16 * kSlots + 16;
+};
+
 template <typename T>
 struct Params {
   const T* x;
@@ -427,29 +442,29 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
       if (it > 0) mbar_wait(s_sempty, (it - 1) & 1);
       stage_rows<T, NT8>(acc, sbias, stage, kLs, 64 * wg + 16 * warp, lane);
       mbar_arrive_if(s_sfull, true);
-      continue;
-    }
-    // rows 16 warp + lane / 4 (+ 8) of this warpgroup's 64, channels
-    // 8 j + 2 (lane % 4) (+ 1): NCHW stores with the bias added
-    const int fa = f0 + 64 * wg + 16 * warp + (lane >> 2), c0 = 2 * (lane & 3);
-    bool ok[2];
-    int64_t off[2];
+    } else {
+      // rows 16 warp + lane / 4 (+ 8) of this warpgroup's 64, channels
+      // 8 j + 2 (lane % 4) (+ 1): NCHW stores with the bias added
+      const int fa = f0 + 64 * wg + 16 * warp + (lane >> 2), c0 = 2 * (lane & 3);
+      bool ok[2];
+      int64_t off[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int f = fa + 8 * h, pp = f / kQf, q = f - kQf * pp;
-      ok[h] = q < p.Q && pp < p.P;
-      off[h] = (int64_t)n * p.K * p.PQ + pp * p.Q + q;
-    }
+      for (int h = 0; h < 2; ++h) {
+        const int f = fa + 8 * h, pp = f / kQf, q = f - kQf * pp;
+        ok[h] = q < p.Q && pp < p.P;
+        off[h] = (int64_t)n * p.K * p.PQ + pp * p.Q + q;
+      }
 #pragma unroll
-    for (int j = 0; j < NT8; ++j) {
+      for (int j = 0; j < NT8; ++j) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int ch = 8 * j + c0 + e;
-        if (ch >= p.K) continue;
-        const float b = sbias[ch];
+        for (int e = 0; e < 2; ++e) {
+          const int ch = 8 * j + c0 + e;
+          if (ch >= p.K) continue;
+          const float b = sbias[ch];
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          if (ok[h]) p.y[off[h] + (int64_t)ch * p.PQ] = from_f<T>(acc[4 * j + 2 * h + e] + b);
+          for (int h = 0; h < 2; ++h)
+            if (ok[h]) p.y[off[h] + (int64_t)ch * p.PQ] = from_f<T>(acc[4 * j + 2 * h + e] + b);
+        }
       }
     }
   }
@@ -460,19 +475,16 @@ template <typename T, int NT8>
 __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(const Params<T> p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = Layout<T>;
-  constexpr int NT = NT8 * 8;
-  constexpr int kBBytes = L::kSteps * 2 * NT * 16;
-  constexpr int kSlots = L::kBufs * L::kPlanes;
-  constexpr int kABytes = kSlots * kPlaneBytes;
-  constexpr int kStageBytes = L::kStaged ? NT * kLs * 2 : 0;
+  using S = Smem<T, NT8>;
+  constexpr int NT = NT8 * 8, kSlots = S::kSlots;
   extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* stage = smem + kBBytes + kABytes;
-  float* sbias = reinterpret_cast<float*>(stage + kStageBytes);
-  const uint32_t s_b = smem_u32(smem), s_a = s_b + kBBytes;
-  const uint32_t s_full = s_a + kABytes + kStageBytes + NT * 4, s_empty = s_full + 8 * kSlots;
+  unsigned char* stage = smem + S::kB + S::kA;
+  float* sbias = reinterpret_cast<float*>(smem + S::kBias);
+  const uint32_t s_b = smem_u32(smem), s_a = s_b + S::kB;
+  const uint32_t s_full = s_b + S::kBars, s_empty = s_full + 8 * kSlots;
   const uint32_t s_sfull = s_empty + 8 * kSlots, s_sempty = s_sfull + 8;
   const int tid = threadIdx.x;
-  for (int i = tid; i < kBBytes / 16; i += kThreads<T>) cp_async16(smem + 16 * i, p.wb + i);
+  for (int i = tid; i < S::kB / 16; i += kThreads<T>) cp_async16(smem + 16 * i, p.wb + i);
   cp_async_commit();
   for (int i = tid; i < NT; i += kThreads<T>) sbias[i] = p.bias != nullptr && i < p.K ? to_f(p.bias[i]) : 0.f;
   if (tid < kSlots) {
@@ -514,12 +526,10 @@ template <typename T, int NT8>
 bool launch(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias, int pad,
             bool nhwc, const at::Tensor& output) {
   using L = Layout<T>;
+  using S = Smem<T, NT8>;
   constexpr int NT = NT8 * 8;
-  constexpr int kBBytes = L::kSteps * 2 * NT * 16;
-  constexpr int kSlots = L::kBufs * L::kPlanes;
   const auto* prop = at::cuda::getCurrentDeviceProperties();
-  const size_t smem =
-      (size_t)kBBytes + kSlots * kPlaneBytes + (L::kStaged ? NT * kLs * 2 : 0) + NT * 4 + 16 * kSlots + 16;
+  const size_t smem = S::kBytes;
   if (smem > (size_t)prop->sharedMemPerBlockOptin) return false;
   Params<T> p{};
   p.H = (int)input.size(2);
@@ -541,7 +551,7 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
   p.total_tiles = (int)total;
 
   auto stream = at::cuda::getCurrentCUDAStream();
-  auto wbuf = at::empty({(int64_t)kBBytes}, input.options().dtype(at::kByte));
+  auto wbuf = at::empty({(int64_t)S::kB}, input.options().dtype(at::kByte));
   constexpr int kPrepThreads = L::kSteps * 2 * NT * L::kElems;
   prep_weights_planes_kernel<T, NT><<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(
       static_cast<const T*>(weight.data_ptr()), p.K, static_cast<T*>(wbuf.data_ptr()));
