@@ -25,8 +25,11 @@ for dt in (torch.float32, torch.bfloat16):
     y = alexop.conv11s4(x.to(dt), w.to(dt), b.to(dt))
     torch.ops.alexop.conv11s4_backward_weight(torch.randn_like(y), x.to(dt), 2, True)
     torch.ops.alexop.conv11s4_backward_input(torch.randn_like(y), w.to(dt), list(x.shape), 2)
-    # the 16-bit wgmma weight gradient needs an even width
+    # the 16-bit wgmma weight gradient with its register gather (small batches, even width)
     torch.ops.alexop.conv11s4_backward_weight(torch.randn(2, 96, 55, 55, device="cuda", dtype=dt), torch.rand(2, 3, 224, 224, device="cuda", dtype=dt), 2, True)
+    # and on phase planes (4 tiles of 4 output rows an SM or more), 96 and 64 filters
+    torch.ops.alexop.conv11s4_backward_weight(torch.randn(40, 96, 55, 55, device="cuda", dtype=dt), torch.rand(40, 3, 224, 224, device="cuda", dtype=dt), 2, True)
+    torch.ops.alexop.conv11s4_backward_weight(torch.randn(44, 64, 49, 52, device="cuda", dtype=dt), torch.rand(44, 3, 200, 214, device="cuda", dtype=dt), 2, True)
     # the 16-bit forward on phase planes from one 192-pixel tile per SM (batch 8 at 224x224), with
     # its store warpgroup: NCHW (cp.async) and channels_last (register) copies, 96 and 64 channel slots
     alexop.conv11s4(torch.rand(8, 3, 224, 224, device="cuda", dtype=dt), w.to(dt), b.to(dt))

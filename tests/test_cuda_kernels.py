@@ -146,6 +146,29 @@ def test_weight_and_bias_grad_accuracy(shape, dtype, mode, bound, channels_last)
         assert rel_l2(g, r) <= bound, name
 
 
+# The 16-bit weight gradient on phase planes (even padding and width, outputs
+# 48-55 wide; tiles of 4 output rows, batches of 4 tiles an SM or more, 14
+# tiles an image at 224 x 224): heights whose last tile has 3 or 1 rows,
+# outputs 53 and 54 wide, no padding, 64 filters (its two warpgroups split
+# each tile's rows).
+@pytest.mark.parametrize(
+    "shape", [(40, 96, 224, 224, 2), (40, 96, 226, 218, 2), (44, 64, 200, 214, 2), (40, 96, 227, 226, 0)], ids=str
+)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_weight_grad_planes_accuracy(shape, dtype):
+    n, k, h, w, p = shape
+    x, wt, b = make_inputs(n, 3, k, h, w, dtype=dtype, device="cuda")
+    grad = torch.randn(n, k, (h + 2 * p - 11) // 4 + 1, (w + 2 * p - 11) // 4 + 1, device="cuda").to(dtype)
+    ref_w, ref_b = (t.double().requires_grad_() for t in (wt, b))
+    out = torch.nn.functional.conv2d(x.double(), ref_w, ref_b, stride=4, padding=p)
+    want = torch.autograd.grad(out, (ref_w, ref_b), grad.double())
+    _poison_allocator(wt.numel(), dtype)
+    got = torch.ops.alexop.conv11s4_backward_weight(grad, x, p, True)
+    for g, r, name in zip(got, want, ("weight", "bias")):
+        assert torch.isfinite(g).all(), name
+        assert rel_l2(g, r) <= REL_L2[dtype], name
+
+
 # 16-bit channels_last inputs are transposed to NCHW for the weight gradient
 # (3 channels, H x W a multiple of 8: the operator's own 16-byte transpose;
 # otherwise contiguous()): the gradients are those of the NCHW input, bit for bit.

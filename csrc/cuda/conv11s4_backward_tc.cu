@@ -11,6 +11,9 @@
 // atomics). Two CTAs per SM.
 //
 // Kernels, newest first:
+//  - conv11s4_backward_weight_planes.cu: bf16 / fp16 on sm_90a, batches of 4
+//    tiles an SM or more, the input windows read from phase planes by
+//    descriptor; offered 16-bit problems first.
 //  - wgrad_gmma_kernel (sm_90a builds on sm_90 devices, K = 64 or 96; fp32
 //    as 3xFP16 or TF32, and 16-bit, in one body): the same split-K units and
 //    reduce, the GEMM on wgmma; see "Hopper" below.
@@ -868,9 +871,6 @@ static_assert(gstg_bytes<float, 1, 8>() % 128 == 0 && gstg_bytes<float, 1, 12>()
               "dy buffers 128-byte aligned");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // used by the wgmma kernel only
-__device__ __forceinline__ void cp_async16n(uint32_t dst, const void* src, int nbytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
-}
 // One dy row (channel n of unit (img, q-chunk qc, output row p)) staged for
 // the wgmma weight gradient by 16-byte copies from the 16-byte boundary at or
 // before the row start (sh elements earlier): lane (r7, kq) of a staging warp
@@ -1459,10 +1459,12 @@ bool conv11s4_backward_weight_fast(const at::Tensor& grad_output,
         dispatch_k<float, 1>(grad_output, input, padding, grad_weight, grad_bias);
     }
   } else if (dt == at::kBFloat16) {
-    if (!(gmma && try_wgrad_gmma<at::BFloat16, 2>(grad_output, input, padding, grad_weight, grad_bias)))
+    if (!(gmma && (conv11s4_backward_weight_planes(grad_output, input, padding, grad_weight, grad_bias) ||
+                   try_wgrad_gmma<at::BFloat16, 2>(grad_output, input, padding, grad_weight, grad_bias))))
       dispatch_k<at::BFloat16, 2>(grad_output, input, padding, grad_weight, grad_bias);
   } else {
-    if (!(gmma && try_wgrad_gmma<at::Half, 2>(grad_output, input, padding, grad_weight, grad_bias)))
+    if (!(gmma && (conv11s4_backward_weight_planes(grad_output, input, padding, grad_weight, grad_bias) ||
+                   try_wgrad_gmma<at::Half, 2>(grad_output, input, padding, grad_weight, grad_bias))))
       dispatch_k<at::Half, 2>(grad_output, input, padding, grad_weight, grad_bias);
   }
   return true;

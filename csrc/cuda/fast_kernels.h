@@ -47,6 +47,18 @@ bool conv11s4_forward_planes(
     bool nhwc,
     const at::Tensor& output);
 
+// The 16-bit weight gradient on phase planes (conv11s4_backward_weight_planes.cu):
+// sm_90a, bf16 / fp16, input NCHW contiguous with even width and padding,
+// grad_output NCHW contiguous and 16-byte aligned, outputs 48 to 55 pixels
+// wide, K <= 96; outputs as for conv11s4_backward_weight_fast, which offers
+// it 16-bit problems first.
+bool conv11s4_backward_weight_planes(
+    const at::Tensor& grad_output,
+    const at::Tensor& input,
+    int64_t padding,
+    const at::Tensor& grad_weight,
+    const std::optional<at::Tensor>& grad_bias);
+
 // grad_output NCHW contiguous; input as above; grad_weight (K, C, 11, 11)
 // contiguous and grad_bias (K,) contiguous when given, both uninitialised.
 bool conv11s4_backward_weight_fast(

@@ -33,7 +33,14 @@ __device__ __forceinline__ void cp_async4n(uint32_t dst, const void* src, int nb
 __device__ __forceinline__ void cp_async8n(uint32_t dst, const void* src, int nbytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
 }
-// Two words to shared address dst (8-byte aligned).
+// The same for 16 bytes (nbytes 0 to 16; dst and src 16-byte aligned).
+__device__ __forceinline__ void cp_async16n(uint32_t dst, const void* src, int nbytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
+}
+// One or two words to shared address dst (4- or 8-byte aligned).
+__device__ __forceinline__ void st_shared_u32(uint32_t dst, uint32_t a) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst), "r"(a) : "memory");
+}
 __device__ __forceinline__ void st_shared_v2(uint32_t dst, uint32_t a, uint32_t b) {
   asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(dst), "r"(a), "r"(b) : "memory");
 }

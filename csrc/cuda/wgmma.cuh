@@ -155,6 +155,83 @@ __device__ __forceinline__ void gmma_ss(float* d, uint64_t desc_a, uint64_t desc
 #undef ALEXOP_ACC32
 #undef ALEXOP_ACC24
 
+// wgmma with both operands in shared memory, A K-major and B MN-major (the
+// transpose flag for B: 8 consecutive n values form a 16-byte core-matrix
+// row), D += A * B; 16-bit operands (T = __half or __nv_bfloat16), N = 8 or
+// 144 (the planes' weight gradient); D = A * B where scale_d is 0. The
+// descriptors come as their low words
+// (start address and LBO, see gmma_desc) and compile-time high words (SBO),
+// so that a kernel whose registers are nearly all accumulators keeps one
+// 32-bit register per descriptor.
+template <typename T, int N, uint32_t kSboA, uint32_t kSboB>
+__device__ __forceinline__ void gmma_ss_tb(float* d, uint32_t desc_a, uint32_t desc_b, int scale_d) {
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "fp16 or bf16 operands");
+  static_assert(N == 8 || N == 144, "m64n8 or m64n144");
+  constexpr uint64_t kHa = (uint64_t)((kSboA >> 4) & 0x3FFF) << 32, kHb = (uint64_t)((kSboB >> 4) & 0x3FFF) << 32;
+  constexpr bool kH = std::is_same_v<T, __half>;
+  if constexpr (N == 8) {
+    if constexpr (kH) {
+      asm volatile("{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %8, 0;\n"
+                   "cvt.u64.u32 da, %4;\nor.b64 da, da, %6;\ncvt.u64.u32 db, %5;\nor.b64 db, db, %7;\n"
+                   "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, da, db, p, 1, 1, 0, 1;\n}\n"
+                   : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                   : "r"(desc_a), "r"(desc_b), "n"(kHa), "n"(kHb), "r"(scale_d));
+    } else {
+      asm volatile("{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %8, 0;\n"
+                   "cvt.u64.u32 da, %4;\nor.b64 da, da, %6;\ncvt.u64.u32 db, %5;\nor.b64 db, db, %7;\n"
+                   "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, da, db, p, 1, 1, 0, 1;\n}\n"
+                   : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                   : "r"(desc_a), "r"(desc_b), "n"(kHa), "n"(kHb), "r"(scale_d));
+    }
+  } else {
+#define ALEXOP_R144 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, " \
+  "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, " \
+  "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71}"
+#define ALEXOP_A144 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+    if constexpr (kH) {
+      asm volatile("{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %76, 0;\n"
+                   "cvt.u64.u32 da, %72;\nor.b64 da, da, %74;\ncvt.u64.u32 db, %73;\nor.b64 db, db, %75;\n"
+                   "wgmma.mma_async.sync.aligned.m64n144k16.f32.f16.f16 " ALEXOP_R144 ", da, db, p, 1, 1, 0, 1;\n}\n"
+                   : ALEXOP_A144
+                   : "r"(desc_a), "r"(desc_b), "n"(kHa), "n"(kHb), "r"(scale_d));
+    } else {
+      asm volatile("{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %76, 0;\n"
+                   "cvt.u64.u32 da, %72;\nor.b64 da, da, %74;\ncvt.u64.u32 db, %73;\nor.b64 db, db, %75;\n"
+                   "wgmma.mma_async.sync.aligned.m64n144k16.f32.bf16.bf16 " ALEXOP_R144 ", da, db, p, 1, 1, 0, 1;\n}\n"
+                   : ALEXOP_A144
+                   : "r"(desc_a), "r"(desc_b), "n"(kHa), "n"(kHb), "r"(scale_d));
+    }
+#undef ALEXOP_A144
+#undef ALEXOP_R144
+  }
+}
+
+// Warp-specialised register budgets: a warpgroup gives up registers (dec)
+// or takes them (inc) to N per thread; all its warps execute it.
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+// Barrier `id` (1..15) among `count` threads of the CTA (whole warps).
+__device__ __forceinline__ void named_bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 __device__ __forceinline__ void gmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void gmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void gmma_wait() {

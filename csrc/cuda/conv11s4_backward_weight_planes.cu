@@ -1,0 +1,443 @@
+// The 16-bit weight gradient on wgmma with both operands in shared memory
+// (sm_90a; bf16 / fp16, NCHW input of even padding and width, outputs 48 to
+// 55 pixels wide, K <= 96).
+//
+// Why a kernel of its own: the wgmma weight gradient of
+// conv11s4_backward_tc.cu gathers its A operand (taps x pixels) in registers,
+// ~100 instructions a row per warp, and is bound by instruction issue
+// (0.25-0.28 ms at the headline, H200). Here the tensor cores read the input
+// windows straight from the forward's 16-bit phase planes by descriptor.
+//
+// GEMM: D[channel][tap] = sum over pixels dy[channel][pixel] * x(tap, pixel).
+//  - B (K = pixels x N = taps) from the planes, MN-major: plane j = 3b + c
+//    holds the padded rows 4i + 2b and 4i + 2b + 1 of channel c, its 16-byte
+//    unit u the 4 columns 4u .. 4u + 3 of the first row, then of the second:
+//    8 taps (r = 4R + 2b + 0/1, s = 4 s4 + 0..3) of output pixel q = u - s4
+//    of output row i - R, and the next pixel's 8 taps 16 bytes on. The
+//    planes are stored by super-row (row i of all six planes, then row
+//    i + 1), so for one s4 the 18 units (R, j) of a pixel lie 912 bytes
+//    apart: one m64n144k16 covers 144 taps, three cover all (r, s) < 12
+//    (r or s = 11: computed, dropped). A k16 step is two blocks of 8
+//    pixels of an output row (q = 0..7, .., 48..55; q >= Q dropped), LBO =
+//    the distance between the blocks.
+//  - A (M = channels x K = pixels) is dy, K-major: each tile's dy rows are
+//    re-laid into core matrices (8 channels x 8 pixels), zero where q >= Q or
+//    past the last row. One or two m64 tiles (K <= 64 or <= 96).
+//  - The bias gradient: one more m64n8k16 per step, B all ones.
+// Tiles: 4 output rows (224 pixels, 14 k16 steps) of one image; a persistent
+// CTA of two warpgroups accumulates its tiles in registers (m64 x 440 fp32
+// a warpgroup, 254-255 registers a thread), writes its partial in register
+// order and reduce_planes_kernel sums the partials in CTA order
+// (deterministic). K <= 64: both warpgroups share the m64 tile, one taking
+// the first two rows of each tile, the other the last two, and their sums
+// are added in a fixed order.
+// Loads, two buffers: dy rows by 16-byte copies of each channel's contiguous
+// run (from the 16-byte boundary at or before it) into a raw buffer, the
+// planes by 4-byte copies (zero-filled outside the image), then the raw dy
+// re-laid as A once its copies have landed; the same warps do them between
+// the current tile's k16 steps. No producer warpgroup: the accumulators
+// need 220 registers a thread in each of two warpgroups, and with a third
+// warpgroup ptxas (CUDA 13.0) kept every warpgroup at the launch's 168
+// registers despite setmaxnreg (the third accumulator set spilled).
+//
+// Measured (H200, batch 256, 224 x 224, bf16, same process as the register-
+// gather kernel it replaces there, alternated 3x; dev/wgp):
+//  - 0.231-0.234 ms against 0.254-0.279 (K = 64: 0.184-0.189 against
+//    0.209-0.253); fp16 0.222; batch 128 0.140. Accuracy as before (rel L2
+//    1.66e-3 bf16, 2.1e-4 fp16).
+//  - Without the loads after each CTA's first tile it takes 0.16: the wgmma
+//    operand reads (A is read again for each of the 4 wgmmas of a step) and
+//    the loads share the L1 / shared-memory pipe, which ncu showed 74% busy
+//    (at first 37% of its shared wavefronts were bank conflicts of the
+//    re-layout: channel slots 512 bytes apart; now 528).
+//  - Issuing a tile's wgmmas, then loading the next tile (channel slots 464
+//    bytes apart, partials in the weight's order: scattered stores) took
+//    0.257-0.268; loads between the steps with the conflicting 512-byte
+//    slots 0.285-0.298; with 528-byte slots and partials in register order
+//    0.231-0.234 (the two changes were measured together).
+// Like the forwards, values of the planes that only dropped taps or pixels
+// read still enter the products: an Inf/NaN input can reach taps whose
+// windows exclude it.
+
+#include "fast_kernels.h"
+#include "launch_utils.h"
+#include "ptx.cuh"
+#include "wgmma.cuh"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+namespace alexop::cuda {
+namespace {
+
+constexpr int kC = 3;
+constexpr int kR = 11;
+constexpr int kRegs = 3 * 72 + 4;       // accumulators a thread: 3 x m64n144 and the bias's m64n8
+constexpr int kQf = 57;                  // units per plane row
+constexpr int kRowB = kQf * 16;          // bytes per plane row
+constexpr int kPl = 2 * kC;              // planes (b, c)
+constexpr int kSupB = kPl * kRowB;       // a super-row: one row of every plane
+constexpr int kTR = 4;                   // output rows per tile
+constexpr int kSR = kTR + 2;             // super-rows a tile reads
+constexpr int kPlanesB = kSR * kSupB;    // one tile's planes
+constexpr int kPlaneBuf = kPlanesB + 16;  // + the unit read past them (q = 55 at s4 = 2)
+constexpr int kBlk = 7;                  // 8-pixel blocks per output row
+constexpr int kSteps = kTR * kBlk / 2;   // k16 steps per tile
+constexpr int kRawChunks = 29;           // 16-byte chunks of a channel's run: 4 x 55 values + up to 7 before
+constexpr int kRawCh = 33 * 16;          // a channel's raw slot: a chunk per lane, 16 bytes mod 128 (8 channels' reads hit distinct banks)
+constexpr int kThreads = 256;            // two warpgroups
+
+// Byte offset of 8-pixel block bi of a tile (output row bi / 7, q = 8 (bi % 7)
+// ..) in its planes: a pixel's units are 16 bytes apart, a row's a super-row.
+__host__ __device__ constexpr int block_off(int bi) { return bi / kBlk * kSupB + bi % kBlk * 128; }
+
+// Shared memory: the planes of two tiles (each + 16 zero bytes: unit 57 of
+// the last plane row, read for the dropped pixel q = 55 at s4 = 2, whose dy
+// is 0, must be finite), A of two tiles (K-major core matrices: per k16 step NT8
+// blocks of 8 channels x two 128-byte halves; + 1 KB read by the second m64
+// tile's rows past 96 at the last step), the raw dy runs, 256 bytes of ones,
+// the full and empty mbarriers of each buffer.
+template <int NT8>
+struct Smem {
+  static constexpr int kStepB = NT8 * 256;
+  static constexpr int kStageB = kSteps * kStepB;
+  static constexpr int kPlanes = 0;
+  static constexpr int kStage = 2 * kPlaneBuf;
+  static constexpr int kRaw = kStage + 2 * kStageB + 1024;
+  static constexpr int kOnes = kRaw + NT8 * 8 * kRawCh;
+  static constexpr int kScratch = kOnes + 256;  // a word per thread for the copies it lacks
+  static constexpr int kBytes = kScratch + 4 * kThreads;
+};
+
+template <typename T>
+struct Params {
+  const T* x;
+  const T* dy;
+  float* ws;    // [gridDim.x][kRegs][kThreads]: the CTAs' partials in register order
+  int64_t sN;   // input image stride
+  int H, W, K, P, Q, PQ, pad;
+  int tiles_per_img, total_tiles;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+template <typename F, int... I>
+__device__ __forceinline__ void static_for_seq(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_seq(f, std::make_integer_sequence<int, N>{});
+}
+
+// The loads of one tile into buffer buf, by all 256 threads, in parts that
+// wgrad_tiles puts between the current tile's k16 steps: a warp that issued
+// all its wgmmas first would stall on the tensor cores' queue and only then
+// load, so loads and multiplies would not overlap. copy<kPart, kParts>: dy
+// by 16-byte copies of each channel's run of rows into the raw buffer, plane
+// rows by 4-byte copies (zero-filled outside the image); wait: every copy
+// has landed; relayout<kPart>: the raw dy re-laid as A; publish: the buffer
+// is ready. Every thread runs the same straight-line code (work it lacks
+// goes to its own scratch word, with no source bytes): a branch between
+// wgmmas makes ptxas serialize them. Each part recomputes the tile's
+// geometry rather than hold it in registers (nearly all are accumulators).
+template <typename T, int NT8>
+struct TileLoader {
+  using S = Smem<NT8>;
+  const Params<T>& p;
+  unsigned char* smem;
+  uint32_t s0;
+  int tid;
+
+  struct Geo {
+    int n, p0, rows, sh0;
+    int64_t e0;  // dy element of (n, channel 0, row p0, column 0)
+  };
+  __device__ __forceinline__ Geo geo(int tile) const {
+    Geo g;
+    g.n = tile / p.tiles_per_img;
+    g.p0 = (tile - g.n * p.tiles_per_img) * kTR;
+    g.rows = min(kTR, p.P - g.p0);
+    g.e0 = ((int64_t)g.n * p.K) * p.PQ + (int64_t)g.p0 * p.Q;
+    g.sh0 = (int)(g.e0 & 7);
+    return g;
+  }
+  __device__ __forceinline__ uint32_t scratch() const { return s0 + S::kScratch + 4 * tid; }
+
+  template <int kPart, int kParts>
+  __device__ __forceinline__ void copy(int tile, int buf) const {
+    const Geo g = geo(tile);
+    const int lane = tid & 31, warp = tid >> 5, pq8 = p.PQ & 7, run = g.rows * p.Q;
+    // dy: warp w copies the runs of channels w + 8 i, lane c their chunk c
+    // (chunks past the run, lanes past 29 and channels past K: no bytes)
+#pragma unroll
+    for (int i = kPart; i < NT8; i += kParts) {
+      const int ch = warp + 8 * i, sh = (g.sh0 + ch * pq8) & 7;
+      const int nb = ch < p.K ? min(max(2 * (sh + run) - 16 * lane, 0), 16) : 0;
+      const T* src = p.dy + (ch < p.K ? g.e0 + (int64_t)ch * p.PQ - sh : 0);  // 16-byte aligned
+      cp_async16n(s0 + S::kRaw + ch * kRawCh + 16 * lane, src + (nb > 0 ? 8 * lane : 0), nb);
+    }
+    // plane rows pr (super-row pr / 6, plane j = pr % 6 = 3b + c): thread
+    // t < 228 copies piece t (unit t / 4; row 2b + (t & 3) / 2, columns
+    // 2 (t & 1) + 0, 1)
+    const T* img = p.x + g.n * p.sN;
+    const bool tin = tid < kQf * 4;
+    const int x = 4 * (tid >> 2) + 2 * (tid & 1) - p.pad, y0 = 4 * g.p0 + ((tid >> 1) & 1) - p.pad;
+    const bool xok = tin && (unsigned)x < (unsigned)p.W;
+    const uint32_t dst = s0 + S::kPlanes + buf * kPlaneBuf + 4 * tid;
+    const int hw = p.H * p.W;
+#pragma unroll
+    for (int pr = kPart * kSR * kPl / kParts; pr < (kPart + 1) * kSR * kPl / kParts; ++pr) {
+      const int i = pr / kPl, b = pr % kPl / kC, c = pr % kC;
+      const int y = y0 + 4 * i + 2 * b;
+      const bool ok = xok && (unsigned)y < (unsigned)p.H;
+      cp_async4n(tin ? dst + pr * kRowB : scratch(), img + (ok ? c * hw + y * p.W + x : 0), ok ? 4 : 0);
+    }
+  }
+  __device__ __forceinline__ void wait() const {
+    cp_async_wait_all();
+    __syncthreads();
+  }
+  // warp w re-lays pixel block bi = w + 8 kPart (output row bi / 7, q =
+  // 8 (bi % 7) ..) of every m-block mb: lane = (channel 8 mb + lane / 4,
+  // pixels 2 (lane & 3) + 0, 1), so a warp writes one 128-byte core matrix
+  template <int kPart>
+  __device__ __forceinline__ void relayout(int tile, int buf) const {
+    const Geo g = geo(tile);
+    const int lane = tid & 31, pq8 = p.PQ & 7, bi = (tid >> 5) + 8 * kPart;
+    const bool bin = bi < kTR * kBlk;
+    const int r = bi / kBlk, q = 8 * (bi - kBlk * r) + 2 * (lane & 3), rq = r * p.Q + q;
+    const bool ok0 = bin && r < g.rows && q < p.Q, ok1 = bin && r < g.rows && q + 1 < p.Q;
+    const uint16_t* raw = reinterpret_cast<const uint16_t*>(smem + S::kRaw);
+    const uint32_t dst = s0 + S::kStage + buf * S::kStageB + (bi >> 1) * S::kStepB + (bi & 1) * 128 +
+                         (lane >> 2) * 16 + 4 * (lane & 3);
+#pragma unroll
+    for (int mb = 0; mb < NT8; ++mb) {
+      const int ch = 8 * mb + (lane >> 2);
+      const bool chok = ch < p.K;
+      const uint16_t* src = raw + ch * (kRawCh / 2) + ((g.sh0 + ch * pq8) & 7) + rq;
+      const uint32_t lo = ok0 && chok ? src[0] : 0u, hi = ok1 && chok ? src[1] : 0u;
+      st_shared_u32(bin ? dst + mb * 256 : scratch(), lo | hi << 16);
+    }
+  }
+  __device__ __forceinline__ void publish() const {
+    fence_proxy_async();  // A, for the tensor cores
+    __syncthreads();
+  }
+  __device__ __forceinline__ void all(int tile, int buf) const {
+    copy<0, 1>(tile, buf);
+    wait();
+    relayout<0>(tile, buf);
+    relayout<1>(tile, buf);
+    relayout<2>(tile, buf);
+    relayout<3>(tile, buf);
+    publish();
+  }
+};
+
+// Warpgroup wg multiplies m64 tile wg (NT8 > 8) or, for NT8 = 8, the k16
+// steps of output rows 2 wg, 2 wg + 1 of each tile; acc[s4] holds the 144
+// taps (R, j, r, s) of column block s4 in wgmma's accumulator layout, accb
+// the bias (all 8 columns alike). Each k16 step is a commit group; once the
+// first step of a tile is issued, the previous tile's groups are waited for
+// (its buffer is free), and the next tile's loads go between the steps
+// (past the last tile the last one is loaded again, so that the sequence
+// has no branch).
+template <typename T, int NT8>
+__device__ __forceinline__ void wgrad_tiles(const Params<T>& p, unsigned char* smem, int tid) {
+  using S = Smem<NT8>;
+  const uint32_t s0 = smem_u32(smem);
+  constexpr int kM = NT8 > 8 ? 2 : 1;
+  constexpr int kMySteps = kSteps * kM / 2;
+  // where the next tile's load parts go: copies after steps 1 ..
+  // kCopyParts, the wait after step kWait, the relayouts after the steps
+  // that follow
+  constexpr int kCopyParts = kMySteps == 14 ? 4 : 2, kWait = kMySteps == 14 ? 8 : 4;
+  const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const TileLoader<T, NT8> ld{p, smem, s0, tid};
+  // this warpgroup's m offset (A) and first step's rows (B)
+  const uint32_t a_off = kM == 2 ? wg * 2048 : wg * kMySteps * S::kStepB;
+  const uint32_t b_off = kM == 2 ? 0 : wg * 2 * kSupB;
+  const uint32_t d_ones = (uint32_t)gmma_desc(s0 + S::kOnes, 128, 0);
+  float acc[3][72], accb[4];  // set by the CTA's first step (scale-d 0)
+  if (blockIdx.x < p.total_tiles) ld.all(blockIdx.x, 0);
+  int it = 0;
+  for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x, ++it) {
+    const int buf = it & 1, next = tile + (int)gridDim.x < p.total_tiles ? tile + (int)gridDim.x : tile;
+    gmma_fence();
+    // descriptors' low words: start address, LBO (A 128; B per step)
+    const uint32_t da = (uint32_t)gmma_desc(s0 + S::kStage + buf * S::kStageB + a_off, 128, 0);
+    const uint32_t db = (uint32_t)gmma_desc(s0 + S::kPlanes + buf * kPlaneBuf + b_off, 0, 0);
+    static_for<kMySteps>([&](auto sc) {
+      constexpr int s = decltype(sc)::value;
+      constexpr int b0 = block_off(2 * s), lbo = block_off(2 * s + 1) - b0;
+      const uint32_t a = da + (s * S::kStepB >> 4), b = db + (b0 >> 4) + ((lbo >> 4) << 16);
+      const int keep = s > 0 || it > 0;
+      gmma_ss_tb<T, 144, 256, kRowB>(acc[0], a, b, keep);
+      gmma_ss_tb<T, 144, 256, kRowB>(acc[1], a, b + 1, keep);
+      gmma_ss_tb<T, 144, 256, kRowB>(acc[2], a, b + 2, keep);
+      gmma_ss_tb<T, 8, 256, 256>(accb, a, d_ones, keep);
+      gmma_commit();
+      if constexpr (s == 0) gmma_wait<1>();  // the previous tile's steps have completed
+      if constexpr (s >= 1 && s <= kCopyParts) ld.template copy<s - 1, kCopyParts>(next, buf ^ 1);
+      if constexpr (s == kWait) ld.wait();
+      if constexpr (kMySteps == 14 && s > kWait && s <= kWait + 4) ld.template relayout<s - kWait - 1>(next, buf ^ 1);
+      if constexpr (kMySteps == 7 && s > kWait) {
+        ld.template relayout<2 * (s - kWait - 1)>(next, buf ^ 1);
+        ld.template relayout<2 * (s - kWait - 1) + 1>(next, buf ^ 1);
+      }
+    });
+    ld.publish();
+  }
+  gmma_wait<0>();
+
+  // The CTA's partial in register order, [register][thread]: coalesced
+  // stores (in the weight's order they were scattered, ~8 times the bytes);
+  // reduce_planes_kernel maps them back.
+  float* wsl = p.ws + (int64_t)blockIdx.x * kRegs * kThreads + tid;
+#pragma unroll
+  for (int s4 = 0; s4 < 3; ++s4)
+#pragma unroll
+    for (int e = 0; e < 72; ++e) wsl[(72 * s4 + e) * kThreads] = acc[s4][e];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) wsl[(216 + e) * kThreads] = accb[e];
+}
+
+#endif
+
+// Sums the CTAs' partials in CTA order (bitwise reproducible) and writes
+// each sum to its weight (or bias) element. A block takes 32 consecutive
+// threads' values of one register; its warp g the CTAs g, g + 8, .. (kM =
+// 1: warpgroups 0 and 1 hold sums for the same elements, added in that
+// order), then warp 0 adds the 8 warps' sums in order. Register 72 s4 + 4 nb
+// + 2 h + e of thread (wg, warp, lane) is acc[s4] row m = 64 wg + 16 warp +
+// lane / 4 + 8 h, column 8 nb + 2 (lane & 3) + e: tap r = 4 R + 2 b + er,
+// s = 4 s4 + ec + e (nb = 6 R + 3 b + c, er = (lane & 3) / 2, ec = 2
+// (lane & 3 & 1)); registers 216 + 2 h + e are the bias sums, the same in
+// every column.
+constexpr int kReduceWarps = 8;
+template <typename T, int kM>
+__global__ void __launch_bounds__(32 * kReduceWarps) reduce_planes_kernel(const float* __restrict__ ws, int S, int K,
+                                                                       T* __restrict__ gw, T* __restrict__ gb) {
+  __shared__ float part[kReduceWarps][32];
+  constexpr int kPos = 128 * kM;  // threads holding distinct elements
+  const int l = threadIdx.x & 31, g = threadIdx.x >> 5;
+  const int reg = blockIdx.x / (kPos / 32), tid = blockIdx.x % (kPos / 32) * 32 + l;
+  const float* src = ws + (int64_t)reg * kThreads + tid;
+  float sum = 0.f;
+#pragma unroll 4
+  for (int c = g; c < S; c += kReduceWarps) {
+    const float* w = src + (int64_t)c * kRegs * kThreads;
+    sum += w[0];
+    if constexpr (kM == 1) sum += w[128];
+  }
+  part[g][l] = sum;
+  __syncthreads();
+  if (g != 0) return;
+  for (int i = 1; i < kReduceWarps; ++i) sum += part[i][l];
+  const int warp = (tid >> 5) & 3, lane = tid & 31, t4 = lane & 3;
+  const int m = (kM == 2 ? 64 * (tid >> 7) : 0) + 16 * warp + (lane >> 2);
+  if (reg >= 216) {
+    const int h = (reg - 216) >> 1, e = (reg - 216) & 1, ch = m + 8 * h;
+    if (gb != nullptr && t4 == 0 && e == 0 && ch < K) gb[ch] = from_f<T>(sum);
+    return;
+  }
+  const int s4 = reg / 72, rr = reg % 72, nb = rr >> 2, h = (rr >> 1) & 1, e = rr & 1;
+  const int R = nb / kPl, b = nb % kPl / kC, c = nb % kC;
+  const int r = 4 * R + 2 * b + (t4 >> 1), sc = 4 * s4 + 2 * (t4 & 1) + e, ch = m + 8 * h;
+  if (r < kR && sc < kR && ch < K) gw[((int64_t)ch * kC + c) * kR * kR + r * kR + sc] = from_f<T>(sum);
+}
+
+template <typename T, int NT8>
+__global__ void __launch_bounds__(kThreads, 1) wgrad_planes_kernel(const Params<T> p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = Smem<NT8>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x;
+  if (tid < 128) {
+    const uint16_t one = std::is_same_v<T, __half> ? 0x3C00 : 0x3F80;
+    reinterpret_cast<uint16_t*>(smem + S::kOnes)[tid] = one;
+  }
+  if (tid < 8) reinterpret_cast<uint32_t*>(smem + S::kPlanes + kPlanesB + kPlaneBuf * (tid >> 2))[tid & 3] = 0;
+  fence_proxy_async();  // for the tensor cores (the first load's barriers follow)
+  wgrad_tiles<T, NT8>(p, smem, tid);
+#endif
+}
+
+template <typename T, int NT8>
+bool launch(const at::Tensor& go, const at::Tensor& in, int pad, const at::Tensor& gw,
+            const std::optional<at::Tensor>& gb) {
+  using S = Smem<NT8>;
+  const auto* prop = at::cuda::getCurrentDeviceProperties();
+  if ((size_t)S::kBytes > (size_t)prop->sharedMemPerBlockOptin) return false;
+  Params<T> p{};
+  p.H = (int)in.size(2);
+  p.W = (int)in.size(3);
+  p.K = (int)go.size(1);
+  p.P = (int)go.size(2);
+  p.Q = (int)go.size(3);
+  p.PQ = p.P * p.Q;
+  p.pad = pad;
+  p.sN = (int64_t)kC * p.H * p.W;
+  p.tiles_per_img = (p.P + kTR - 1) / kTR;
+  const int64_t total = in.size(0) * (int64_t)p.tiles_per_img;
+  // below ~4 tiles an SM the first tile's load, which nothing overlaps, and
+  // the partials' reduction outweigh the gain: the register-gather kernel
+  // is as fast or faster (H200: batch 32 0.069-0.072 ms against 0.064-0.072,
+  // batch 8 0.050-0.062 against 0.038-0.054)
+  if (total > INT32_MAX || total < 4 * prop->multiProcessorCount) return false;
+  p.total_tiles = (int)total;
+  const int grid = (int)std::min<int64_t>(total, prop->multiProcessorCount);
+  at::Tensor ws = at::empty({grid, kRegs, kThreads}, in.options().dtype(at::kFloat));
+  p.x = static_cast<const T*>(in.data_ptr());
+  p.dy = static_cast<const T*>(go.data_ptr());
+  p.ws = ws.data_ptr<float>();
+  auto stream = at::cuda::getCurrentCUDAStream();
+  allow_max_dynamic_smem(wgrad_planes_kernel<T, NT8>);
+  wgrad_planes_kernel<T, NT8><<<grid, kThreads, S::kBytes, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  constexpr int kM = NT8 > 8 ? 2 : 1;
+  reduce_planes_kernel<T, kM><<<kRegs * 4 * kM, 32 * kReduceWarps, 0, stream>>>(
+      p.ws, grid, p.K, static_cast<T*>(gw.data_ptr()), gb.has_value() ? static_cast<T*>(gb->data_ptr()) : nullptr);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
+template <typename T>
+bool launch_k(const at::Tensor& go, const at::Tensor& in, int pad, const at::Tensor& gw,
+              const std::optional<at::Tensor>& gb) {
+  return go.size(1) <= 64 ? launch<T, 8>(go, in, pad, gw, gb) : launch<T, 12>(go, in, pad, gw, gb);
+}
+
+}  // namespace
+
+bool conv11s4_backward_weight_planes(const at::Tensor& grad_output, const at::Tensor& input, int64_t padding,
+                                     const at::Tensor& grad_weight, const std::optional<at::Tensor>& grad_bias) {
+  const int64_t K = grad_output.size(1), Q = grad_output.size(3);
+  if (K > 96 || Q < 48 || Q > 55 || padding % 2 != 0 || input.size(3) % 2 != 0) return false;
+  // 4-byte input pieces within one column pair; dy runs copied from their
+  // 16-byte boundaries, which stay inside an aligned allocation
+  if (!input.is_contiguous() || reinterpret_cast<uintptr_t>(input.data_ptr()) % 4 != 0 ||
+      !grad_output.is_contiguous() || reinterpret_cast<uintptr_t>(grad_output.data_ptr()) % 16 != 0)
+    return false;
+  if (kC * input.size(2) * input.size(3) > INT32_MAX) return false;  // offsets within an image: 32 bits
+  const int pad = (int)padding;
+  switch (input.scalar_type()) {
+    case at::kBFloat16:
+      return launch_k<__nv_bfloat16>(grad_output, input, pad, grad_weight, grad_bias);
+    case at::kHalf:
+      return launch_k<__half>(grad_output, input, pad, grad_weight, grad_bias);
+    default:
+      return false;
+  }
+}
+
+}  // namespace alexop::cuda
