@@ -61,7 +61,7 @@ alexop.conv11s4(torch.rand(8, 3, 224, 224, device="cuda").to(memory_format=torch
 alexop.conv11s4(torch.rand(8, 3, 227, 227, device="cuda"), w[:72], None, 0)
 torch.cuda.synchronize(); print("ok")'
 for tool in memcheck racecheck; do
-  timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 -c "$small" >> "$OUT/sanitizer.log" 2>&1
+  timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 -c "$small" >> "$OUT/sanitizer.log" 2>&1
   echo "compute-sanitizer $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)" >> "$OUT/summary.txt"
 done
 
