@@ -114,8 +114,7 @@ struct Smem {
   static constexpr int kStage = 2 * kPlaneBuf;
   static constexpr int kRaw = kStage + 2 * kStageB + 1024;
   static constexpr int kOnes = kRaw + NT8 * 8 * kRawCh;
-  static constexpr int kScratch = kOnes + 256;  // a word per thread for the copies it lacks
-  static constexpr int kBytes = kScratch + 4 * kThreads;
+  static constexpr int kBytes = kOnes + 256;
 };
 
 template <typename T>
@@ -145,9 +144,8 @@ __device__ __forceinline__ void static_for(F&& f) {
 // by 16-byte copies of each channel's run of rows into the raw buffer, plane
 // rows by 4-byte copies (zero-filled outside the image); wait: every copy
 // has landed; relayout<kPart>: the raw dy re-laid as A; publish: the buffer
-// is ready. Every thread runs the same straight-line code (work it lacks
-// goes to its own scratch word, with no source bytes): a branch between
-// wgmmas makes ptxas serialize them. Each part recomputes the tile's
+// is ready. Every thread runs the same straight-line code (work it lacks is
+// predicated off): a branch between wgmmas makes ptxas serialize them. Each part recomputes the tile's
 // geometry rather than hold it in registers (nearly all are accumulators).
 template <typename T, int NT8>
 struct TileLoader {
@@ -170,7 +168,6 @@ struct TileLoader {
     g.sh0 = (int)(g.e0 & 7);
     return g;
   }
-  __device__ __forceinline__ uint32_t scratch() const { return s0 + S::kScratch + 4 * tid; }
 
   template <int kPart, int kParts>
   __device__ __forceinline__ void copy(int tile, int buf) const {
@@ -199,7 +196,7 @@ struct TileLoader {
       const int i = pr / kPl, b = pr % kPl / kC, c = pr % kC;
       const int y = y0 + 4 * i + 2 * b;
       const bool ok = xok && (unsigned)y < (unsigned)p.H;
-      cp_async4n(tin ? dst + pr * kRowB : scratch(), img + (ok ? c * hw + y * p.W + x : 0), ok ? 4 : 0);
+      cp_async4n_if(dst + pr * kRowB, img + (ok ? c * hw + y * p.W + x : 0), ok ? 4 : 0, tin);
     }
   }
   __device__ __forceinline__ void wait() const {
@@ -225,7 +222,7 @@ struct TileLoader {
       const bool chok = ch < p.K;
       const uint16_t* src = raw + ch * (kRawCh / 2) + ((g.sh0 + ch * pq8) & 7) + rq;
       const uint32_t lo = ok0 && chok ? src[0] : 0u, hi = ok1 && chok ? src[1] : 0u;
-      st_shared_u32(bin ? dst + mb * 256 : scratch(), lo | hi << 16);
+      st_shared_u32_if(dst + mb * 256, lo | hi << 16, bin);
     }
   }
   __device__ __forceinline__ void publish() const {

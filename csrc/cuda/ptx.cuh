@@ -37,10 +37,18 @@ __device__ __forceinline__ void cp_async8n(uint32_t dst, const void* src, int nb
 __device__ __forceinline__ void cp_async16n(uint32_t dst, const void* src, int nbytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
 }
-// One or two words to shared address dst (4- or 8-byte aligned).
-__device__ __forceinline__ void st_shared_u32(uint32_t dst, uint32_t a) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst), "r"(a) : "memory");
+// cp_async4n where pred holds, else nothing: predicated, not branched (a
+// branch between wgmmas makes ptxas serialize them).
+__device__ __forceinline__ void cp_async4n_if(uint32_t dst, const void* src, int nbytes, bool pred) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p cp.async.ca.shared.global [%0], [%1], 4, %2;\n}\n" ::"r"(dst),
+               "l"(src), "r"(nbytes), "r"((int)pred));
 }
+// One word to shared address dst where pred holds (predicated likewise).
+__device__ __forceinline__ void st_shared_u32_if(uint32_t dst, uint32_t a, bool pred) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p st.shared.b32 [%0], %1;\n}\n" ::"r"(dst), "r"(a), "r"((int)pred)
+               : "memory");
+}
+// Two words to shared address dst (8-byte aligned).
 __device__ __forceinline__ void st_shared_v2(uint32_t dst, uint32_t a, uint32_t b) {
   asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(dst), "r"(a), "r"(b) : "memory");
 }
