@@ -388,7 +388,7 @@ bool launch(const at::Tensor& go, const at::Tensor& in, int pad, const at::Tenso
   const int64_t total = in.size(0) * (int64_t)p.tiles_per_img;
   // below ~4 tiles an SM the first tile's load, which nothing overlaps, and
   // the partials' reduction outweigh the gain: the register-gather kernel
-  // is as fast or faster (H200: batch 32 0.069-0.072 ms against 0.064-0.072,
+  // is as fast or faster (H200: batch 32 0.069-0.072 ms against 0.060-0.072,
   // batch 8 0.050-0.062 against 0.038-0.054)
   if (total > INT32_MAX || total < 4 * prop->multiProcessorCount) return false;
   p.total_tiles = (int)total;
