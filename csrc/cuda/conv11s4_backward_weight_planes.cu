@@ -74,7 +74,6 @@
 #include <cstdint>
 #include <optional>
 #include <type_traits>
-#include <utility>
 
 namespace alexop::cuda {
 namespace {
@@ -128,15 +127,6 @@ struct Params {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-template <typename F, int... I>
-__device__ __forceinline__ void static_for_seq(F&& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-template <int N, typename F>
-__device__ __forceinline__ void static_for(F&& f) {
-  static_for_seq(f, std::make_integer_sequence<int, N>{});
-}
-
 // The loads of one tile into buffer buf, by all 256 threads, in parts that
 // wgrad_tiles puts between the current tile's k16 steps: a warp that issued
 // all its wgmmas first would stall on the tensor cores' queue and only then

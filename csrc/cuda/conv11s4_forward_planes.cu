@@ -78,7 +78,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
-#include <utility>
 
 namespace alexop::cuda {
 namespace {
@@ -202,17 +201,6 @@ __global__ void prep_weights_planes_kernel(const T* __restrict__ w, int K, T* __
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// f(integral_constant<int, i>) for i = 0 .. N - 1: the k loop's plane and
-// step become compile-time constants, and so do its descriptor offsets.
-template <typename F, int... I>
-__device__ __forceinline__ void static_for_seq(F&& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-template <int N, typename F>
-__device__ __forceinline__ void static_for(F&& f) {
-  static_for_seq(f, std::make_integer_sequence<int, N>{});
-}
-
 // byte offset of group g's origin in a tile's planes (past the last group:
 // the zero group, 16 bytes on)
 template <typename L>

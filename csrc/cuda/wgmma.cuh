@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 namespace alexop::cuda {
 
@@ -230,6 +231,18 @@ template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
 // Barrier `id` (1..15) among `count` threads of the CTA (whole warps).
 __device__ __forceinline__ void named_bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// f(integral_constant<int, i>) for i = 0 .. N - 1: a loop whose index is a
+// compile-time constant in its body (the plane kernels' k steps, so that
+// their descriptor offsets are constants too).
+template <typename F, int... I>
+__device__ __forceinline__ void static_for_seq(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_seq(f, std::make_integer_sequence<int, N>{});
 }
 
 __device__ __forceinline__ void gmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
