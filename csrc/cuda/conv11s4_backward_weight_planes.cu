@@ -101,10 +101,10 @@ __host__ __device__ constexpr int block_off(int bi) { return bi / kBlk * kSupB +
 
 // Shared memory: the planes of two tiles (each + 16 zero bytes: unit 57 of
 // the last plane row, read for the dropped pixel q = 55 at s4 = 2, whose dy
-// is 0, must be finite), A of two tiles (K-major core matrices: per k16 step NT8
-// blocks of 8 channels x two 128-byte halves; + 1 KB read by the second m64
-// tile's rows past 96 at the last step), the raw dy runs, 256 bytes of ones,
-// the full and empty mbarriers of each buffer.
+// is 0, must be finite), A of two tiles (K-major core matrices: per k16 step
+// NT8 blocks of 8 channels x two 128-byte halves; + 1 KB read by the second
+// m64 tile's rows past 96 at the last step), the raw dy runs, 256 bytes of
+// ones.
 template <int NT8>
 struct Smem {
   static constexpr int kStepB = NT8 * 256;
