@@ -135,8 +135,9 @@ struct Params {
 // rows by 4-byte copies (zero-filled outside the image); wait: every copy
 // has landed; relayout<kPart>: the raw dy re-laid as A; publish: the buffer
 // is ready. Every thread runs the same straight-line code (work it lacks is
-// predicated off): a branch between wgmmas makes ptxas serialize them. Each part recomputes the tile's
-// geometry rather than hold it in registers (nearly all are accumulators).
+// predicated off): a branch between wgmmas makes ptxas serialize them. Each
+// part recomputes the tile's geometry rather than hold it in registers
+// (nearly all are accumulators).
 template <typename T, int NT8>
 struct TileLoader {
   using S = Smem<NT8>;

@@ -158,33 +158,18 @@ __device__ __forceinline__ void gmma_ss(float* d, uint64_t desc_a, uint64_t desc
 
 // wgmma with both operands in shared memory, A K-major and B MN-major (the
 // transpose flag for B: 8 consecutive n values form a 16-byte core-matrix
-// row), D += A * B; 16-bit operands (T = __half or __nv_bfloat16), N = 8 or
-// 144 (the planes' weight gradient); D = A * B where scale_d is 0. The
-// descriptors come as their low words
-// (start address and LBO, see gmma_desc) and compile-time high words (SBO),
-// so that a kernel whose registers are nearly all accumulators keeps one
-// 32-bit register per descriptor.
-template <typename T, int N, uint32_t kSboA, uint32_t kSboB>
-__device__ __forceinline__ void gmma_ss_tb(float* d, uint32_t desc_a, uint32_t desc_b, int scale_d) {
-  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "fp16 or bf16 operands");
-  static_assert(N == 8 || N == 144, "m64n8 or m64n144");
-  constexpr uint64_t kHa = (uint64_t)((kSboA >> 4) & 0x3FFF) << 32, kHb = (uint64_t)((kSboB >> 4) & 0x3FFF) << 32;
-  constexpr bool kH = std::is_same_v<T, __half>;
-  if constexpr (N == 8) {
-    if constexpr (kH) {
-      asm volatile("{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %8, 0;\n"
-                   "cvt.u64.u32 da, %4;\nor.b64 da, da, %6;\ncvt.u64.u32 db, %5;\nor.b64 db, db, %7;\n"
-                   "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, da, db, p, 1, 1, 0, 1;\n}\n"
-                   : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                   : "r"(desc_a), "r"(desc_b), "n"(kHa), "n"(kHb), "r"(scale_d));
-    } else {
-      asm volatile("{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %8, 0;\n"
-                   "cvt.u64.u32 da, %4;\nor.b64 da, da, %6;\ncvt.u64.u32 db, %5;\nor.b64 db, db, %7;\n"
-                   "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, da, db, p, 1, 1, 0, 1;\n}\n"
-                   : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                   : "r"(desc_a), "r"(desc_b), "n"(kHa), "n"(kHb), "r"(scale_d));
-    }
-  } else {
+// row), D = A * B where scale_d is 0, else D += A * B; 16-bit operands (T =
+// __half or __nv_bfloat16), N = 8 or 144 (the planes' weight gradient). The
+// descriptors come as their low words (start address and LBO, see
+// gmma_desc) and compile-time high words (SBO), so that a kernel whose
+// registers are nearly all accumulators keeps one 32-bit register per
+// descriptor. ALEXOP_TB: the instruction for operand type TY, with the
+// output list REGS and the operand numbers of the descriptors' low words
+// (IA, IB), high words (HA, HB) and scale-d (IS).
+#define ALEXOP_TB(MN, TY, REGS, IA, IB, HA, HB, IS)                                            \
+  "{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %" IS ", 0;\ncvt.u64.u32 da, %" IA   \
+  ";\nor.b64 da, da, %" HA ";\ncvt.u64.u32 db, %" IB ";\nor.b64 db, db, %" HB                \
+  ";\nwgmma.mma_async.sync.aligned." MN "k16.f32." TY "." TY " " REGS ", da, db, p, 1, 1, 0, 1;\n}\n"
 #define ALEXOP_R144 \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, " \
   "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
@@ -202,36 +187,34 @@ __device__ __forceinline__ void gmma_ss_tb(float* d, uint32_t desc_a, uint32_t d
   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
-    if constexpr (kH) {
-      asm volatile("{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %76, 0;\n"
-                   "cvt.u64.u32 da, %72;\nor.b64 da, da, %74;\ncvt.u64.u32 db, %73;\nor.b64 db, db, %75;\n"
-                   "wgmma.mma_async.sync.aligned.m64n144k16.f32.f16.f16 " ALEXOP_R144 ", da, db, p, 1, 1, 0, 1;\n}\n"
-                   : ALEXOP_A144
-                   : "r"(desc_a), "r"(desc_b), "n"(kHa), "n"(kHb), "r"(scale_d));
-    } else {
-      asm volatile("{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %76, 0;\n"
-                   "cvt.u64.u32 da, %72;\nor.b64 da, da, %74;\ncvt.u64.u32 db, %73;\nor.b64 db, db, %75;\n"
-                   "wgmma.mma_async.sync.aligned.m64n144k16.f32.bf16.bf16 " ALEXOP_R144 ", da, db, p, 1, 1, 0, 1;\n}\n"
-                   : ALEXOP_A144
-                   : "r"(desc_a), "r"(desc_b), "n"(kHa), "n"(kHb), "r"(scale_d));
-    }
+template <typename T, int N, uint32_t kSboA, uint32_t kSboB>
+__device__ __forceinline__ void gmma_ss_tb(float* d, uint32_t desc_a, uint32_t desc_b, int scale_d) {
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "fp16 or bf16 operands");
+  static_assert(N == 8 || N == 144, "m64n8 or m64n144");
+  constexpr uint64_t kHa = (uint64_t)((kSboA >> 4) & 0x3FFF) << 32, kHb = (uint64_t)((kSboB >> 4) & 0x3FFF) << 32;
+#define ALEXOP_N8(TY)                                                                              \
+  asm volatile(ALEXOP_TB("m64n8", TY, "{%0, %1, %2, %3}", "4", "5", "6", "7", "8")                 \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                    \
+               : "r"(desc_a), "r"(desc_b), "n"(kHa), "n"(kHb), "r"(scale_d))
+#define ALEXOP_N144(TY)                                                                            \
+  asm volatile(ALEXOP_TB("m64n144", TY, ALEXOP_R144, "72", "73", "74", "75", "76")                 \
+               : ALEXOP_A144                                                                       \
+               : "r"(desc_a), "r"(desc_b), "n"(kHa), "n"(kHb), "r"(scale_d))
+  if constexpr (N == 8 && std::is_same_v<T, __half>) {
+    ALEXOP_N8("f16");
+  } else if constexpr (N == 8) {
+    ALEXOP_N8("bf16");
+  } else if constexpr (std::is_same_v<T, __half>) {
+    ALEXOP_N144("f16");
+  } else {
+    ALEXOP_N144("bf16");
+  }
+#undef ALEXOP_N144
+#undef ALEXOP_N8
+}
 #undef ALEXOP_A144
 #undef ALEXOP_R144
-  }
-}
-
-// Warp-specialised register budgets: a warpgroup gives up registers (dec)
-// or takes them (inc) to N per thread; all its warps execute it.
-template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-// Barrier `id` (1..15) among `count` threads of the CTA (whole warps).
-__device__ __forceinline__ void named_bar_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
+#undef ALEXOP_TB
 
 // f(integral_constant<int, i>) for i = 0 .. N - 1: a loop whose index is a
 // compile-time constant in its body (the plane kernels' k steps, so that
