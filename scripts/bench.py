@@ -7,6 +7,14 @@ relative L2 error against float64 beside every timing. Timing: CUDA events
 (perf_counter on the CPU), warm-up, median of --reps, inputs drawn fresh and
 rotated among several buffers so no run reads the previous one's data from L2.
 
+On the GPU each timed step is queued behind a sleep kernel that outlasts the
+host's work for the step (nvbench's "blocking kernel"): the events then time
+the GPU executing the step, not Python, the dispatcher and kernel launches,
+which otherwise add 0.02-0.05 ms of idle GPU between the start event and the
+first kernel (H100: 0.19 ms for the bf16 forward whose kernels take 0.15).
+What the host spends enqueuing the step is reported beside it ("host ms"): a
+step whose host time exceeds its GPU time is bound by the host.
+
     python scripts/bench.py                       # CUDA if present, else CPU
     python scripts/bench.py --quick               # headline rows only
     python scripts/bench.py --device cpu --batches 8 32
@@ -87,26 +95,44 @@ def step_fn(conv, step):
     return run
 
 
+# torch.cuda._sleep spins for a number of clock cycles; 2e6 a ms is at least a
+# ms at the clocks of the GPUs this runs on (<= 2 GHz)
+SLEEP_CYCLES_PER_MS = 2_000_000
+
+
 def time_ms(fn, data, device, warmup, reps):
+    """(median GPU ms, median host ms) of one step; on the CPU both are wall time."""
     for i in range(warmup):
         fn(*data[i % len(data)])
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    if device.type != "cuda":
         times = []
         for i in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+            start = time.perf_counter()
             fn(*data[i % len(data)])
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times)
-    times = []
-    for i in range(reps):
+            times.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(times), statistics.median(times)
+    torch.cuda.synchronize(device)
+    host = []
+    for i in range(warmup):
+        torch.cuda._sleep(SLEEP_CYCLES_PER_MS * 10)
         start = time.perf_counter()
         fn(*data[i % len(data)])
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+        host.append((time.perf_counter() - start) * 1e3)
+        torch.cuda.synchronize(device)
+    # the blocking sleep: twice the slowest warm-up enqueue, at least 0.5 ms
+    sleep = int(SLEEP_CYCLES_PER_MS * max(0.5, 2 * max(host)))
+    times, host = [], []
+    for i in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(sleep)
+        start.record()
+        t0 = time.perf_counter()
+        fn(*data[i % len(data)])
+        host.append((time.perf_counter() - t0) * 1e3)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times), statistics.median(host)
 
 
 def error(fn, data, step):
@@ -219,25 +245,29 @@ def main() -> None:
         data = make_data(n, c_out, dtype, device, channels_last, sets=3 if device.type == "cuda" else 1, seed=n)
         fn = step_fn(conv, step)
         with settings(**conf):
-            ms = time_ms(fn, data, device, args.warmup, args.reps if device.type == "cuda" else max(3, args.reps // 10))
+            ms, host = time_ms(fn, data, device, args.warmup, args.reps if device.type == "cuda" else max(3, args.reps // 10))
             err = error(fn, data, step)
         rows.append({**env, "batch": n, "c_out": c_out, "dtype": str(dtype).removeprefix("torch."), "step": step,
-                     "impl": label, "ms": ms, "rel_l2": err})
+                     "impl": label, "ms": ms, "host_ms": host, "rel_l2": err})
         del data
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(rows, indent=1))
     plot(rows, out / "bench.png")
 
-    header = f"{env['device_name']}, torch {env['torch']}, cuDNN {env['cudnn']}; 3->C_out, 224x224, pad 2; median ms"
-    lines = [header, "", "| N | C_out | dtype | step | implementation | ms | rel L2 vs fp64 |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['batch']} | {r['c_out']} | {r['dtype']} | {r['step']} | {r['impl']} | {r['ms']:.3f} | {r['rel_l2']:.1e} |"
-              for r in rows]
+    timing = ("median GPU ms (each step queued behind a sleep kernel) and host ms to enqueue it"
+              if device.type == "cuda" else "median wall ms")
+    header = f"{env['device_name']}, torch {env['torch']}, cuDNN {env['cudnn']}; 3->C_out, 224x224, pad 2; {timing}"
+    lines = [header, "", "| N | C_out | dtype | step | implementation | ms | host ms | rel L2 vs fp64 |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['batch']} | {r['c_out']} | {r['dtype']} | {r['step']} | {r['impl']} | {r['ms']:.3f} "
+              f"| {r['host_ms']:.3f} | {r['rel_l2']:.1e} |" for r in rows]
     (out / "bench.md").write_text("\n".join(lines) + "\n")
     print(f"\n{header}")
-    print(f"{'N':>4} {'K':>3} {'dtype':<9} {'step':<15} {'implementation':<40} {'ms':>8} {'rel L2':>9}")
+    print(f"{'N':>4} {'K':>3} {'dtype':<9} {'step':<15} {'implementation':<40} {'ms':>8} {'host ms':>8} {'rel L2':>9}")
     for r in rows:
-        print(f"{r['batch']:>4} {r['c_out']:>3} {r['dtype']:<9} {r['step']:<15} {r['impl']:<40} {r['ms']:>8.3f} {r['rel_l2']:>9.1e}")
+        print(f"{r['batch']:>4} {r['c_out']:>3} {r['dtype']:<9} {r['step']:<15} {r['impl']:<40} {r['ms']:>8.3f} "
+              f"{r['host_ms']:>8.3f} {r['rel_l2']:>9.1e}")
 
 
 if __name__ == "__main__":
