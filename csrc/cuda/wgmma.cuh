@@ -151,10 +151,6 @@ __device__ __forceinline__ void gmma_ss(float* d, uint64_t desc_a, uint64_t desc
 #undef ALEXOP_SS96
 #undef ALEXOP_SS64
 #undef ALEXOP_SS48
-#undef ALEXOP_ACC64
-#undef ALEXOP_ACC48
-#undef ALEXOP_ACC32
-#undef ALEXOP_ACC24
 
 // wgmma with both operands in shared memory, A K-major and B MN-major (the
 // transpose flag for B: 8 consecutive n values form a 16-byte core-matrix
@@ -177,16 +173,8 @@ __device__ __forceinline__ void gmma_ss(float* d, uint64_t desc_a, uint64_t desc
   "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, " \
   "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71}"
-#define ALEXOP_A144 \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
-  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+#define ALEXOP_A144 ALEXOP_ACC64, "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), \
+  "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
 template <typename T, int N, uint32_t kSboA, uint32_t kSboB>
 __device__ __forceinline__ void gmma_ss_tb(float* d, uint32_t desc_a, uint32_t desc_b, int scale_d) {
   static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "fp16 or bf16 operands");
@@ -215,6 +203,10 @@ __device__ __forceinline__ void gmma_ss_tb(float* d, uint32_t desc_a, uint32_t d
 #undef ALEXOP_A144
 #undef ALEXOP_R144
 #undef ALEXOP_TB
+#undef ALEXOP_ACC64
+#undef ALEXOP_ACC48
+#undef ALEXOP_ACC32
+#undef ALEXOP_ACC24
 
 // f(integral_constant<int, i>) for i = 0 .. N - 1: a loop whose index is a
 // compile-time constant in its body (the plane kernels' k steps, so that
