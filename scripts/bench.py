@@ -111,6 +111,8 @@ def time_ms(fn, data, device, warmup, reps):
             fn(*data[i % len(data)])
             times.append((time.perf_counter() - start) * 1e3)
         return statistics.median(times), statistics.median(times)
+    # the warm-up above absorbs one-time work (torch.compile, cuDNN's choice);
+    # a second one, behind a 10 ms sleep, measures the host's enqueue time
     torch.cuda.synchronize(device)
     host = []
     for i in range(warmup):
