@@ -316,6 +316,7 @@ template <typename T, int kM>
 __global__ void __launch_bounds__(32 * kReduceWarps) reduce_planes_kernel(const float* __restrict__ ws, int S, int K,
                                                                        T* __restrict__ gw, T* __restrict__ gb) {
   __shared__ float part[kReduceWarps][32];
+  pdl_wait();  // for wgrad_planes_kernel's partials
   constexpr int kPos = 128 * kM;  // threads holding distinct elements
   const int l = threadIdx.x & 31, g = threadIdx.x >> 5;
   const int reg = blockIdx.x / (kPos / 32), tid = blockIdx.x % (kPos / 32) * 32 + l;
@@ -349,6 +350,9 @@ __global__ void __launch_bounds__(kThreads, 1) wgrad_planes_kernel(const Params<
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = Smem<NT8>;
   extern __shared__ __align__(128) unsigned char smem[];
+  // the reduction's blocks can only start on SMs that this grid has left;
+  // launched now, they wait there (pdl_wait) instead of behind a launch
+  pdl_launch_dependents();
   const int tid = threadIdx.x;
   if (tid < 128) {
     const uint16_t one = std::is_same_v<T, __half> ? 0x3C00 : 0x3F80;
@@ -393,9 +397,8 @@ bool launch(const at::Tensor& go, const at::Tensor& in, int pad, const at::Tenso
   wgrad_planes_kernel<T, NT8><<<grid, kThreads, S::kBytes, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   constexpr int kM = NT8 > 8 ? 2 : 1;
-  reduce_planes_kernel<T, kM><<<kRegs * 4 * kM, 32 * kReduceWarps, 0, stream>>>(
-      p.ws, grid, p.K, static_cast<T*>(gw.data_ptr()), gb.has_value() ? static_cast<T*>(gb->data_ptr()) : nullptr);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_dependent(reduce_planes_kernel<T, kM>, kRegs * 4 * kM, 32 * kReduceWarps, 0, stream, (const float*)p.ws, grid,
+                   p.K, static_cast<T*>(gw.data_ptr()), gb.has_value() ? static_cast<T*>(gb->data_ptr()) : nullptr);
   return true;
 }
 

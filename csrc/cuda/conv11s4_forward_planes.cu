@@ -185,6 +185,7 @@ struct Params {
 template <typename T, int NT>
 __global__ void prep_weights_planes_kernel(const T* __restrict__ w, int K, T* __restrict__ out) {
   using L = Layout<T>;
+  pdl_launch_dependents();  // the main kernel's prologue and first planes need none of this
   const int i = blockIdx.x * blockDim.x + threadIdx.x;  // ((group, n), e)
   if (i >= L::kSteps * 2 * NT * L::kElems) return;
   const int e = i % L::kElems, n = i / L::kElems % NT, g = i / L::kElems / NT;
@@ -232,6 +233,11 @@ constexpr int kChunks = kRows * kQf;  // 16-byte units per plane
 // geometry is computed once.
 constexpr int kLoaders = 128;
 
+__device__ __forceinline__ const char* opaque(const char* ptr) {
+  asm("" : "+l"(ptr));
+  return ptr;
+}
+
 template <typename T, int kB>
 __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, uint32_t s_empty, uint32_t s_full,
                                             int t) {
@@ -239,22 +245,28 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
   constexpr bool k16 = !std::is_same_v<T, float>;
   constexpr int kPer = 16 / kB, kPieces = kChunks * kPer, kN = (kPieces + kLoaders - 1) / kLoaders;
   static_assert(!k16 || kB == 4, "16-bit: 4-byte pieces");
-  // per piece: shared offset, padded row offset, input offset from the
-  // plane's first row (32 bits: an image has < 2^31 values), and whether its
-  // columns lie in the image (8-byte and 16-bit pieces: x and W even, so
-  // both values are in or out)
-  int dst[kN], ry[kN], src[kN];
-  uint32_t xin = 0;
+  static_assert(kLoaders % kPer == 0 && kPitch == 16 * kQf, "a thread's pieces lie 16 kLoaders / kPer bytes apart");
+  // Piece t + kLoaders v is part t % kPer of unit t / kPer + (kLoaders /
+  // kPer) v: its shared offset is dst0 + kLoaders kB v. Per piece: the input
+  // byte offset from the plane's first padded row (32 bits: checked by the
+  // launcher), the row's offset and the bytes to copy (0 for padding
+  // columns; x and W even for 8-byte and 16-bit pieces, so both values are in
+  // or out).
+  const int dst0 = 16 * (t / kPer) + kB * (t % kPer);
+  int ry[kN], src[kN], nb[kN];
 #pragma unroll
   for (int v = 0; v < kN; ++v) {
-    const int w = t + kLoaders * v, u = w / kPer, k = w % kPer, i = u / kQf, m = u % kQf;
+    const int u = t / kPer + kLoaders / kPer * v, k = t % kPer, i = u / kQf, m = u % kQf;
     const int x = 4 * m + (k16 ? 2 * (k & 1) : k * kB / 4) - p.pad;
-    dst[v] = i * kPitch + m * 16 + k * kB;
+    const bool xin = (unsigned)x < (unsigned)p.W;
     ry[v] = 4 * i + (k16 ? k >> 1 : 0) - p.pad;
-    src[v] = ry[v] * p.sY + x * p.sX;
-    xin |= (unsigned)x < (unsigned)p.W ? 1u << v : 0u;
+    src[v] = (ry[v] * p.sY + (xin ? x : 0) * p.sX) * (int)sizeof(T);  // bytes; padding: the row's first value
+    nb[v] = xin ? kB : 0;
   }
   const bool last = t + kLoaders * (kN - 1) < kPieces;  // this thread has a piece in the last round
+  // the padded rows of a plane: -pad .. 4 (kRows - 1) + (1 for 16-bit) - pad
+  // from its first; all in the image but in an image's first and last tiles
+  constexpr int kSpan = 4 * (kRows - 1) + (k16 ? 1 : 0);
   int it = 0;
   for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x, ++it) {
     const int n = tile / p.tiles_per_img, p0 = (tile - n * p.tiles_per_img) * kMT / kQf;
@@ -263,17 +275,33 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
     for (int j = 0; j < L::kPlanes; ++j) {
       const int slot = buf * L::kPlanes + j;
       if (use > 0) mbar_wait(s_empty + 8 * slot, (use - 1) & 1);
-      const uint32_t base = s_a + slot * kPlaneBytes;
-      const int y0 = 4 * p0 + L::plane_a(j), off0 = L::plane_c(j) * p.sC + y0 * p.sY;
+      const uint32_t base = s_a + slot * kPlaneBytes + dst0;
+      const int y0 = 4 * p0 + L::plane_a(j);
+      // opaque to the compiler, which would otherwise fold the plane's offset
+      // into every piece's address (four instructions a piece instead of two)
+      const char* from = opaque(reinterpret_cast<const char*>(img + L::plane_c(j) * p.sC + y0 * p.sY));
+      if (y0 - p.pad >= 0 && y0 + kSpan - p.pad < p.H) {
+        // every row in the image: two instructions a piece, no branch
 #pragma unroll
-      for (int v = 0; v < kN; ++v) {
-        if (v == kN - 1 && !last) break;
-        const bool ok = (unsigned)(y0 + ry[v]) < (unsigned)p.H && (xin >> v & 1);
-        const T* from = img + (ok ? off0 + src[v] : 0);
-        if constexpr (kB == 8) {
-          cp_async8n(base + dst[v], from, ok ? 8 : 0);
-        } else {
-          cp_async4n(base + dst[v], from, ok ? 4 : 0);
+        for (int v = 0; v < kN; ++v) {
+          if (v == kN - 1 && !last) break;
+          if constexpr (kB == 8) {
+            cp_async8n(base + kLoaders * kB * v, from + src[v], nb[v]);
+          } else {
+            cp_async4n(base + kLoaders * kB * v, from + src[v], nb[v]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int v = 0; v < kN; ++v) {
+          if (v == kN - 1 && !last) break;
+          const bool ok = (unsigned)(y0 + ry[v]) < (unsigned)p.H;
+          const void* f = ok ? static_cast<const void*>(from + src[v]) : img;
+          if constexpr (kB == 8) {
+            cp_async8n(base + kLoaders * kB * v, f, ok ? nb[v] : 0);
+          } else {
+            cp_async4n(base + kLoaders * kB * v, f, ok ? nb[v] : 0);
+          }
         }
       }
       cp_async_arrive_noinc(s_full + 8 * slot);
@@ -404,6 +432,20 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
     const int bar0 = 8 * (it % L::kBufs) * L::kPlanes, parity = it / L::kBufs & 1;
     const uint64_t da =
         gmma_desc(s_a + (it % L::kBufs) * L::kPlanes * kPlaneBytes + (f0 - kQf * p0 + 64 * wg) * 16, 0, 128);
+    // A warpgroup whose 64 pixels all lie past the image's last (the last
+    // tile of an image, e.g. 55 x 57 = 3135 flat pixels: 16 tiles and one
+    // block of 64) only keeps the barriers' phases.
+    if (f0 + 64 * wg > kQf * (p.P - 1) + p.Q - 1) {
+      for (int j = 0; j < L::kPlanes; ++j) {
+        mbar_wait(s_full + bar0 + 8 * j, parity);
+        mbar_arrive_if(s_empty + bar0 + 8 * j, wtid == 0);
+      }
+      if constexpr (L::kStaged) {
+        if (it > 0) mbar_wait(s_sempty, (it - 1) & 1);
+        mbar_arrive_if(s_sfull, true);
+      }
+      continue;
+    }
     static_for<L::kPlanes>([&](auto jc) {
       constexpr int j = decltype(jc)::value;
       mbar_wait(s_full + bar0 + 8 * j, parity);
@@ -472,8 +514,6 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
   const uint32_t s_full = s_b + S::kBars, s_empty = s_full + 8 * kSlots;
   const uint32_t s_sfull = s_empty + 8 * kSlots, s_sempty = s_sfull + 8;
   const int tid = threadIdx.x;
-  for (int i = tid; i < S::kB / 16; i += kThreads<T>) cp_async16(smem + 16 * i, p.wb + i);
-  cp_async_commit();
   for (int i = tid; i < NT; i += kThreads<T>) sbias[i] = p.bias != nullptr && i < p.K ? to_f(p.bias[i]) : 0.f;
   if (tid < kSlots) {
     mbar_init(s_full + 8 * tid, kLoaders);
@@ -484,8 +524,6 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
     mbar_init(s_sempty, 128);
   }
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  cp_async_wait_all();
-  fence_proxy_async();  // the weights, for the tensor cores
   __syncthreads();
   if (tid >= 128 * (kConsumers + 1)) {
     if constexpr (L::kStaged)
@@ -505,6 +543,14 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
     }
     load_planes<T, 4>(p, s_a, s_empty, s_full, tid - 128 * kConsumers);
   } else {
+    // the weights come from the prep kernel, which may still be running
+    // (launch_dependent): the producer's first planes do not wait for them
+    pdl_wait();
+    for (int i = tid; i < S::kB / 16; i += 128 * kConsumers) cp_async16(smem + 16 * i, p.wb + i);
+    cp_async_commit();
+    cp_async_wait_all();
+    fence_proxy_async();  // for the tensor cores
+    asm volatile("bar.sync 1, %0;\n" ::"n"(128 * kConsumers) : "memory");
     consume<T, NT8>(p, s_a, s_b, sbias, s_full, s_empty, stage, s_sfull, s_sempty, tid);
   }
 #endif
@@ -536,6 +582,7 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
   p.tiles_per_img = (p.P * kQf + kMT - 1) / kMT;
   const int64_t total = input.size(0) * (int64_t)p.tiles_per_img;
   if (total > INT32_MAX || total < prop->multiProcessorCount) return false;
+  if (p.sN * (int64_t)sizeof(T) > INT32_MAX) return false;  // the copies' 32-bit byte offsets within an image
   p.total_tiles = (int)total;
 
   auto stream = at::cuda::getCurrentCUDAStream();
@@ -549,9 +596,8 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
   p.bias = bias.has_value() ? static_cast<const T*>(bias->data_ptr()) : nullptr;
   p.y = static_cast<T*>(output.data_ptr());
   allow_max_dynamic_smem(conv11s4_fwd_planes_kernel<T, NT8>);
-  conv11s4_fwd_planes_kernel<T, NT8>
-      <<<(unsigned)std::min<int64_t>(total, prop->multiProcessorCount), kThreads<T>, smem, stream>>>(p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_dependent(conv11s4_fwd_planes_kernel<T, NT8>, (unsigned)std::min<int64_t>(total, prop->multiProcessorCount),
+                   kThreads<T>, smem, stream, p);
   return true;
 }
 

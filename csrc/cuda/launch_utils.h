@@ -29,4 +29,27 @@ void allow_max_dynamic_smem(Kernel* kernel) {
   done.insert(key);
 }
 
+// Launches kernel as the programmatic dependent of the kernel queued just
+// before it on the stream: once every block of that one has called
+// pdl_launch_dependents (or exited), this one's blocks may start, and they
+// must call pdl_wait before reading what that kernel writes. Only
+// kernel pairs of one launcher use it: a kernel after another library's
+// could also be writing memory that the caching allocator freed and handed
+// out again. Stream capture records it as a programmatic graph edge.
+template <typename... KArgs, typename... Args>
+void launch_dependent(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
 }  // namespace alexop::cuda
