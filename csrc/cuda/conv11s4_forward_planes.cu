@@ -321,24 +321,28 @@ __device__ __forceinline__ void load_planes_nhwc(const Params<T>& p, uint32_t s_
                                                  uint32_t s_full, int t) {
   using L = Layout<T>;
   constexpr int kPieces = kChunks * 2, kN = (kPieces + kLoaders - 1) / kLoaders;
-  int dst[kN], ry[kN], src[kN];  // unit half's offset in a plane, row offset, input offset
-  uint32_t xin[kN];  // per word: its columns lie in the image
+  // Piece t + kLoaders v: row t % 2 of the pair in unit t / 2 + kLoaders / 2
+  // v, at shared offset dst0 + 8 kLoaders v. Per piece: its row's offset,
+  // the byte offset of its first word from the pair's first padded row (the
+  // launcher keeps an image's bytes below 2^31), and whether its columns
+  // 0, 1 and 2, 3 lie in the image (bits v of lo and hi).
+  const int dst0 = 8 * t;
+  int ry[kN], src[kN];
+  uint32_t lo = 0, hi = 0;
 #pragma unroll
   for (int v = 0; v < kN; ++v) {
-    const int w = t + kLoaders * v, u = w >> 1, h = w & 1, i = u / kQf, m = u % kQf;
-    const int x = 4 * m - p.pad;
-    dst[v] = w < kPieces ? i * kPitch + m * 16 + 8 * h : -1;
-    ry[v] = 4 * i + h - p.pad;
-    src[v] = ry[v] * p.sY + x * kC;
-    xin[v] = 0;
-#pragma unroll
-    for (int k = 0; k < 6; ++k) xin[v] |= (unsigned)(x + 2 * k / 3) < (unsigned)p.W ? 1u << k : 0u;
+    const int u = t / 2 + kLoaders / 2 * v, i = u / kQf, m = u % kQf, x = 4 * m - p.pad;
+    ry[v] = 4 * i + (t & 1) - p.pad;
+    src[v] = (ry[v] * p.sY + x * kC) * (int)sizeof(T);
+    lo |= (unsigned)x < (unsigned)p.W ? 1u << v : 0u;
+    hi |= (unsigned)(x + 2) < (unsigned)p.W ? 1u << v : 0u;
   }
+  const bool last = t + kLoaders * (kN - 1) < kPieces;  // this thread has a piece in the last round
+  constexpr int kSpan = 4 * (kRows - 1) + 1;  // padded rows -pad .. kSpan - pad from the pair's first
   int it = 0;
   for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x, ++it) {
     const int n = tile / p.tiles_per_img, p0 = (tile - n * p.tiles_per_img) * kMT / kQf;
     const int buf = it % L::kBufs, use = it / L::kBufs;
-    const uint32_t* img = reinterpret_cast<const uint32_t*>(p.x + n * p.sN);
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
       const int slot = buf * L::kPlanes + kC * b;
@@ -346,24 +350,26 @@ __device__ __forceinline__ void load_planes_nhwc(const Params<T>& p, uint32_t s_
 #pragma unroll
         for (int c = 0; c < kC; ++c) mbar_wait(s_empty + 8 * (slot + c), (use - 1) & 1);
       }
+      const int y0 = 4 * p0 + 2 * b;
+      const char* from = opaque(reinterpret_cast<const char*>(p.x + n * p.sN + (int64_t)y0 * p.sY));
+      const bool inner = y0 - p.pad >= 0 && y0 + kSpan - p.pad < p.H;  // every row in the image
       // every piece's loads first: the shared stores (asm with a memory
       // clobber) would otherwise keep each piece's loads behind the last's stores
-      const int y0 = 4 * p0 + 2 * b;
       uint32_t wd[kN][6];
 #pragma unroll
       for (int v = 0; v < kN; ++v) {
-        const bool rok = dst[v] >= 0 && (unsigned)(y0 + ry[v]) < (unsigned)p.H;
-        const uint32_t* from = img + (y0 * p.sY + src[v]) / 2;  // even: 4-byte aligned
+        const bool rok = (inner || (unsigned)(y0 + ry[v]) < (unsigned)p.H) && (v < kN - 1 || last);
+        const uint32_t* f = reinterpret_cast<const uint32_t*>(from + src[v]);
 #pragma unroll
-        for (int k = 0; k < 6; ++k) wd[v][k] = rok && (xin[v] >> k & 1) ? from[k] : 0u;
+        for (int k = 0; k < 6; ++k) wd[v][k] = rok && ((k < 3 ? lo : hi) >> v & 1) ? __ldg(f + k) : 0u;
       }
 #pragma unroll
       for (int v = 0; v < kN; ++v) {
-        if (dst[v] < 0) continue;
+        if (v == kN - 1 && !last) break;
         // halves e[3 col + c] in words e[2k] | e[2k + 1] << 16: channel c's
         // columns 0, 1 and 2, 3 as two words
         const uint32_t* e = wd[v];
-        const uint32_t d = s_a + slot * kPlaneBytes + dst[v];
+        const uint32_t d = s_a + slot * kPlaneBytes + dst0 + 8 * kLoaders * v;
         st_shared_v2(d, __byte_perm(e[0], e[1], 0x7610), __byte_perm(e[3], e[4], 0x7610));
         st_shared_v2(d + kPlaneBytes, __byte_perm(e[0], e[2], 0x5432), __byte_perm(e[3], e[5], 0x5432));
         st_shared_v2(d + 2 * kPlaneBytes, __byte_perm(e[1], e[2], 0x7610), __byte_perm(e[4], e[5], 0x7610));
@@ -514,7 +520,6 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
   const uint32_t s_full = s_b + S::kBars, s_empty = s_full + 8 * kSlots;
   const uint32_t s_sfull = s_empty + 8 * kSlots, s_sempty = s_sfull + 8;
   const int tid = threadIdx.x;
-  for (int i = tid; i < NT; i += kThreads<T>) sbias[i] = p.bias != nullptr && i < p.K ? to_f(p.bias[i]) : 0.f;
   if (tid < kSlots) {
     mbar_init(s_full + 8 * tid, kLoaders);
     mbar_init(s_empty + 8 * tid, kConsumers);
@@ -548,6 +553,7 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
     pdl_wait();
     for (int i = tid; i < S::kB / 16; i += 128 * kConsumers) cp_async16(smem + 16 * i, p.wb + i);
     cp_async_commit();
+    for (int i = tid; i < NT; i += 128 * kConsumers) sbias[i] = p.bias != nullptr && i < p.K ? to_f(p.bias[i]) : 0.f;
     cp_async_wait_all();
     fence_proxy_async();  // for the tensor cores
     asm volatile("bar.sync 1, %0;\n" ::"n"(128 * kConsumers) : "memory");

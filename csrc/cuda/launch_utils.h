@@ -5,8 +5,10 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <set>
+#include <string>
 #include <utility>
 
 namespace alexop::cuda {
@@ -36,12 +38,14 @@ void allow_max_dynamic_smem(Kernel* kernel) {
 // kernel pairs of one launcher use it: a kernel after another library's
 // could also be writing memory that the caching allocator freed and handed
 // out again. Stream capture records it as a programmatic graph edge.
+// ALEXOP_NO_PDL=1 in the environment (read once) launches it as usual.
 template <typename... KArgs, typename... Args>
 void launch_dependent(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                       Args&&... args) {
+  static const bool pdl = std::getenv("ALEXOP_NO_PDL") == nullptr || std::string(std::getenv("ALEXOP_NO_PDL")) == "0";
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
