@@ -104,8 +104,13 @@ static_assert(kMT + kQf - 1 <= (kRows - 2) * kQf, "a tile's pixels span rows 0 .
 // channel c, interleaved by 4-column blocks (16 bytes: 4 values of the
 // first row, then the same 4 columns of the second). Group (b, c, R, j):
 // block j of the pixel's 3 x 3 blocks, rows 4R + 2b and + 1; 54 groups, 27
-// k16 steps, K = 432. The three channels of a b are adjacent planes, which
-// the channels_last copy fills together.
+// k16 steps, K = 432.
+//
+// 16-bit channels_last: the same planes and groups, but a row's 4 columns
+// are 12 values (value v: column v / 3, channel v % 3), which the copies
+// take as six 4-byte pieces, and plane j = 3b + f holds unit type f of the
+// rows 4i + 2b and 4i + 2b + 1: f = 0 the first row's values 0-7, f = 1
+// its values 8-11 and the second row's 0-3, f = 2 the second row's 4-11.
 template <typename T>
 struct Layout {
   static constexpr int kPlanes = 2 * kC;
@@ -123,6 +128,9 @@ struct Layout {
   // plane j: channel, first padded row mod 4
   __host__ __device__ static constexpr int plane_c(int j) { return j % kC; }
   __host__ __device__ static constexpr int plane_a(int j) { return 2 * (j / kC); }
+  // channels_last: element e of unit type f: its row of the pair, its value
+  __host__ __device__ static constexpr int nhwc_row(int f, int e) { return f == 0 ? 0 : f == 2 ? 1 : e / 4; }
+  __host__ __device__ static constexpr int nhwc_val(int f, int e) { return f == 0 ? e : f == 2 ? 4 + e : (e + 8) % 12; }
 };
 
 // TF32: plane (c, a) holds the padded rows 4i + a of channel c. Group g of
@@ -182,7 +190,7 @@ struct Params {
 
 // B for NT channels in wgmma's K-major layout: per k step two blocks (its
 // groups) of NT rows x 16 bytes; TF32-rounded for float.
-template <typename T, int NT>
+template <typename T, int NT, bool kNhwc>
 __global__ void prep_weights_planes_kernel(const T* __restrict__ w, int K, T* __restrict__ out) {
   using L = Layout<T>;
   pdl_launch_dependents();  // the main kernel's prologue and first planes need none of this
@@ -191,8 +199,14 @@ __global__ void prep_weights_planes_kernel(const T* __restrict__ w, int K, T* __
   const int e = i % L::kElems, n = i / L::kElems % NT, g = i / L::kElems / NT;
   float v = 0.f;
   if (g < L::kGroups && n < K) {
-    const int r = L::tap_r(g, e), s = L::tap_s(g, e);
-    if (r < kR && s < kR) v = to_f(w[((n * kC + L::tap_c(g)) * kR + r) * kR + s]);
+    int c = L::tap_c(g), r = L::tap_r(g, e), s = L::tap_s(g, e);
+    if constexpr (kNhwc) {
+      const int f = L::plane(g) % kC, val = L::nhwc_val(f, e);
+      c = val % kC;
+      r = 4 * L::row(g) + 2 * (L::plane(g) / kC) + L::nhwc_row(f, e);
+      s = 4 * (g % 3) + val / kC;
+    }
+    if (r < kR && s < kR) v = to_f(w[((n * kC + c) * kR + r) * kR + s]);
   }
   if constexpr (std::is_same_v<T, float>) {
     out[i] = __uint_as_float(to_tf32(v));
@@ -238,30 +252,44 @@ __device__ __forceinline__ const char* opaque(const char* ptr) {
   return ptr;
 }
 
-template <typename T, int kB>
+template <typename T, int kB, bool kNhwc>
 __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, uint32_t s_empty, uint32_t s_full,
                                             int t) {
   using L = Layout<T>;
   constexpr bool k16 = !std::is_same_v<T, float>;
   constexpr int kPer = 16 / kB, kPieces = kChunks * kPer, kN = (kPieces + kLoaders - 1) / kLoaders;
   static_assert(!k16 || kB == 4, "16-bit: 4-byte pieces");
+  static_assert(!kNhwc || k16, "the channels_last unit types are 16-bit's");
   static_assert(kLoaders % kPer == 0 && kPitch == 16 * kQf, "a thread's pieces lie 16 kLoaders / kPer bytes apart");
-  // Piece t + kLoaders v is part t % kPer of unit t / kPer + (kLoaders /
-  // kPer) v: its shared offset is dst0 + kLoaders kB v. Per piece: the input
-  // byte offset from the plane's first padded row (32 bits: checked by the
-  // launcher), the row's offset and the bytes to copy (0 for padding
-  // columns; x and W even for 8-byte and 16-bit pieces, so both values are in
-  // or out).
-  const int dst0 = 16 * (t / kPer) + kB * (t % kPer);
+  // Piece t + kLoaders v is part k = t % kPer of unit t / kPer + (kLoaders /
+  // kPer) v: its shared offset is dst0 + kLoaders kB v. Per piece: its row's
+  // offset, the input byte offset from the plane's first padded row (32
+  // bits: the launcher keeps an image's bytes below 2^31), and the bytes to
+  // copy (0 for padding columns; x and W even for 8-byte and 16-bit pieces,
+  // so both values are in or out). channels_last 16-bit: where part k lies
+  // in the row pair (row, 4-byte piece of the row's 12 values) depends on
+  // the plane's unit type, so the offsets are the unit's columns' and each
+  // plane adds its part's; bits v of lo / hi: columns 0, 1 / 2, 3 in the
+  // image (the row's pieces 0-2 / 3-5).
+  const int k = t % kPer, dst0 = 16 * (t / kPer) + kB * k;
   int ry[kN], src[kN], nb[kN];
+  uint32_t lo = 0, hi = 0;
 #pragma unroll
   for (int v = 0; v < kN; ++v) {
-    const int u = t / kPer + kLoaders / kPer * v, k = t % kPer, i = u / kQf, m = u % kQf;
-    const int x = 4 * m + (k16 ? 2 * (k & 1) : k * kB / 4) - p.pad;
-    const bool xin = (unsigned)x < (unsigned)p.W;
-    ry[v] = 4 * i + (k16 ? k >> 1 : 0) - p.pad;
-    src[v] = (ry[v] * p.sY + (xin ? x : 0) * p.sX) * (int)sizeof(T);  // bytes; padding: the row's first value
-    nb[v] = xin ? kB : 0;
+    const int u = t / kPer + kLoaders / kPer * v, i = u / kQf, m = u % kQf;
+    if constexpr (kNhwc) {
+      const int x = 4 * m - p.pad;
+      ry[v] = 4 * i - p.pad;
+      src[v] = (ry[v] * p.sY + x * p.sX) * (int)sizeof(T);
+      lo |= (unsigned)x < (unsigned)p.W ? 1u << v : 0u;
+      hi |= (unsigned)(x + 2) < (unsigned)p.W ? 1u << v : 0u;
+    } else {
+      const int x = 4 * m + (k16 ? 2 * (k & 1) : k * kB / 4) - p.pad;
+      const bool xin = (unsigned)x < (unsigned)p.W;
+      ry[v] = 4 * i + (k16 ? k >> 1 : 0) - p.pad;
+      src[v] = (ry[v] * p.sY + (xin ? x : 0) * p.sX) * (int)sizeof(T);  // padding: the row's first value
+      nb[v] = xin ? kB : 0;
+    }
   }
   const bool last = t + kLoaders * (kN - 1) < kPieces;  // this thread has a piece in the last round
   // the padded rows of a plane: -pad .. 4 (kRows - 1) + (1 for 16-bit) - pad
@@ -277,106 +305,52 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
       if (use > 0) mbar_wait(s_empty + 8 * slot, (use - 1) & 1);
       const uint32_t base = s_a + slot * kPlaneBytes + dst0;
       const int y0 = 4 * p0 + L::plane_a(j);
+      const bool inner = y0 - p.pad >= 0 && y0 + kSpan - p.pad < p.H;
+      int y1 = y0;  // the piece's row of the pair (channels_last)
+      uint32_t cols = 0;
       // opaque to the compiler, which would otherwise fold the plane's offset
       // into every piece's address (four instructions a piece instead of two)
-      const char* from = opaque(reinterpret_cast<const char*>(img + L::plane_c(j) * p.sC + y0 * p.sY));
-      if (y0 - p.pad >= 0 && y0 + kSpan - p.pad < p.H) {
-        // every row in the image: two instructions a piece, no branch
-#pragma unroll
-        for (int v = 0; v < kN; ++v) {
-          if (v == kN - 1 && !last) break;
-          if constexpr (kB == 8) {
-            cp_async8n(base + kLoaders * kB * v, from + src[v], nb[v]);
-          } else {
-            cp_async4n(base + kLoaders * kB * v, from + src[v], nb[v]);
-          }
-        }
+      const char* from;
+      if constexpr (kNhwc) {
+        const int f = j % kC, row = f == 0 ? 0 : f == 2 ? 1 : k >> 1, piece = f == 0 ? k : f == 2 ? 2 + k : (k + 4) % 6;
+        y1 += row;
+        cols = piece < 3 ? lo : hi;
+        from = opaque(reinterpret_cast<const char*>(img + y1 * p.sY) + 2 * sizeof(T) * piece);
       } else {
+        from = opaque(reinterpret_cast<const char*>(img + L::plane_c(j) * p.sC + y0 * p.sY));
+      }
+      // every row in the image: two instructions a piece, no branch (one
+      // between the pieces costs the producer its pace: the whole kernel
+      // took 20% longer); the image's first and last tiles test each row
+      auto copy = [&](auto inner_c) {
 #pragma unroll
         for (int v = 0; v < kN; ++v) {
           if (v == kN - 1 && !last) break;
-          const bool ok = (unsigned)(y0 + ry[v]) < (unsigned)p.H;
-          const void* f = ok ? static_cast<const void*>(from + src[v]) : img;
-          if constexpr (kB == 8) {
-            cp_async8n(base + kLoaders * kB * v, f, ok ? nb[v] : 0);
+          int bytes;
+          if constexpr (kNhwc) {
+            bytes = cols >> v & 1 ? kB : 0;
           } else {
-            cp_async4n(base + kLoaders * kB * v, f, ok ? nb[v] : 0);
+            bytes = nb[v];
+          }
+          const char* f = from + src[v];
+          if constexpr (!decltype(inner_c)::value) {
+            const bool ok = (unsigned)(y1 + ry[v]) < (unsigned)p.H;
+            f = ok ? f : reinterpret_cast<const char*>(img);
+            bytes = ok ? bytes : 0;
+          }
+          if constexpr (kB == 8) {
+            cp_async8n(base + kLoaders * kB * v, f, bytes);
+          } else {
+            cp_async4n(base + kLoaders * kB * v, f, bytes);
           }
         }
+      };
+      if (inner) {
+        copy(std::true_type{});
+      } else {
+        copy(std::false_type{});
       }
       cp_async_arrive_noinc(s_full + 8 * slot);
-    }
-  }
-}
-
-// 16-bit channels_last: a piece is 4 columns x 3 channels of one row (24
-// bytes, six 4-byte words: x and W even, so no word straddles the image's
-// edge), loaded to registers and written as the 8-byte halves of the three
-// channels' units (plain shared stores, then a proxy fence for the tensor
-// cores). The planes of a b (j = 3b + c) are filled together; consecutive
-// threads take the two rows of a unit, then the next unit, so a warp's
-// stores fill contiguous shared memory.
-template <typename T>
-__device__ __forceinline__ void load_planes_nhwc(const Params<T>& p, uint32_t s_a, uint32_t s_empty,
-                                                 uint32_t s_full, int t) {
-  using L = Layout<T>;
-  constexpr int kPieces = kChunks * 2, kN = (kPieces + kLoaders - 1) / kLoaders;
-  // Piece t + kLoaders v: row t % 2 of the pair in unit t / 2 + kLoaders / 2
-  // v, at shared offset dst0 + 8 kLoaders v. Per piece: its row's offset,
-  // the byte offset of its first word from the pair's first padded row (the
-  // launcher keeps an image's bytes below 2^31), and whether its columns
-  // 0, 1 and 2, 3 lie in the image (bits v of lo and hi).
-  const int dst0 = 8 * t;
-  int ry[kN], src[kN];
-  uint32_t lo = 0, hi = 0;
-#pragma unroll
-  for (int v = 0; v < kN; ++v) {
-    const int u = t / 2 + kLoaders / 2 * v, i = u / kQf, m = u % kQf, x = 4 * m - p.pad;
-    ry[v] = 4 * i + (t & 1) - p.pad;
-    src[v] = (ry[v] * p.sY + x * kC) * (int)sizeof(T);
-    lo |= (unsigned)x < (unsigned)p.W ? 1u << v : 0u;
-    hi |= (unsigned)(x + 2) < (unsigned)p.W ? 1u << v : 0u;
-  }
-  const bool last = t + kLoaders * (kN - 1) < kPieces;  // this thread has a piece in the last round
-  constexpr int kSpan = 4 * (kRows - 1) + 1;  // padded rows -pad .. kSpan - pad from the pair's first
-  int it = 0;
-  for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x, ++it) {
-    const int n = tile / p.tiles_per_img, p0 = (tile - n * p.tiles_per_img) * kMT / kQf;
-    const int buf = it % L::kBufs, use = it / L::kBufs;
-#pragma unroll
-    for (int b = 0; b < 2; ++b) {
-      const int slot = buf * L::kPlanes + kC * b;
-      if (use > 0) {
-#pragma unroll
-        for (int c = 0; c < kC; ++c) mbar_wait(s_empty + 8 * (slot + c), (use - 1) & 1);
-      }
-      const int y0 = 4 * p0 + 2 * b;
-      const char* from = opaque(reinterpret_cast<const char*>(p.x + n * p.sN + (int64_t)y0 * p.sY));
-      const bool inner = y0 - p.pad >= 0 && y0 + kSpan - p.pad < p.H;  // every row in the image
-      // every piece's loads first: the shared stores (asm with a memory
-      // clobber) would otherwise keep each piece's loads behind the last's stores
-      uint32_t wd[kN][6];
-#pragma unroll
-      for (int v = 0; v < kN; ++v) {
-        const bool rok = (inner || (unsigned)(y0 + ry[v]) < (unsigned)p.H) && (v < kN - 1 || last);
-        const uint32_t* f = reinterpret_cast<const uint32_t*>(from + src[v]);
-#pragma unroll
-        for (int k = 0; k < 6; ++k) wd[v][k] = rok && ((k < 3 ? lo : hi) >> v & 1) ? __ldg(f + k) : 0u;
-      }
-#pragma unroll
-      for (int v = 0; v < kN; ++v) {
-        if (v == kN - 1 && !last) break;
-        // halves e[3 col + c] in words e[2k] | e[2k + 1] << 16: channel c's
-        // columns 0, 1 and 2, 3 as two words
-        const uint32_t* e = wd[v];
-        const uint32_t d = s_a + slot * kPlaneBytes + dst0 + 8 * kLoaders * v;
-        st_shared_v2(d, __byte_perm(e[0], e[1], 0x7610), __byte_perm(e[3], e[4], 0x7610));
-        st_shared_v2(d + kPlaneBytes, __byte_perm(e[0], e[2], 0x5432), __byte_perm(e[3], e[5], 0x5432));
-        st_shared_v2(d + 2 * kPlaneBytes, __byte_perm(e[1], e[2], 0x7610), __byte_perm(e[4], e[5], 0x7610));
-      }
-      fence_proxy_async();
-#pragma unroll
-      for (int c = 0; c < kC; ++c) mbar_arrive_if(s_full + 8 * (slot + c), true);
     }
   }
 }
@@ -536,17 +510,17 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
   } else if (tid >= 128 * kConsumers) {
     if constexpr (std::is_same_v<T, float>) {
       if (p.vec8) {
-        load_planes<T, 8>(p, s_a, s_empty, s_full, tid - 128 * kConsumers);
+        load_planes<T, 8, false>(p, s_a, s_empty, s_full, tid - 128 * kConsumers);
         return;
       }
     }
     if constexpr (L::kStaged) {
       if (p.sX != 1) {
-        load_planes_nhwc(p, s_a, s_empty, s_full, tid - 128 * kConsumers);
+        load_planes<T, 4, true>(p, s_a, s_empty, s_full, tid - 128 * kConsumers);
         return;
       }
     }
-    load_planes<T, 4>(p, s_a, s_empty, s_full, tid - 128 * kConsumers);
+    load_planes<T, 4, false>(p, s_a, s_empty, s_full, tid - 128 * kConsumers);
   } else {
     // the weights come from the prep kernel, which may still be running
     // (launch_dependent): the producer's first planes do not wait for them
@@ -594,8 +568,12 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
   auto stream = at::cuda::getCurrentCUDAStream();
   auto wbuf = at::empty({(int64_t)S::kB}, input.options().dtype(at::kByte));
   constexpr int kPrepThreads = L::kSteps * 2 * NT * L::kElems;
-  prep_weights_planes_kernel<T, NT><<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(
-      static_cast<const T*>(weight.data_ptr()), p.K, static_cast<T*>(wbuf.data_ptr()));
+  auto* prep = prep_weights_planes_kernel<T, NT, false>;
+  if constexpr (!std::is_same_v<T, float>) {
+    if (nhwc) prep = prep_weights_planes_kernel<T, NT, true>;
+  }
+  prep<<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(static_cast<const T*>(weight.data_ptr()), p.K,
+                                                       static_cast<T*>(wbuf.data_ptr()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   p.x = static_cast<const T*>(input.data_ptr());
   p.wb = static_cast<const uint4*>(wbuf.data_ptr());
