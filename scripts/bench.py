@@ -175,6 +175,7 @@ def variants(device, dtype, quick):
         yield "alexop fp32 NHWC in", op, {"precision": "highest"}, True
         yield "alexop fp32 precision=high", op, {"precision": "high"}, False
         yield "alexop TF32 (precision=medium)", op, {"precision": "medium"}, False
+        yield "alexop TF32 NHWC in", op, {"precision": "medium"}, True
         for tf32 in (True, False):
             for bench in ((False, True) if not quick else (False,)):
                 yield f"cuDNN NCHW tf32={int(tf32)} bench={int(bench)}", ref, {"tf32": tf32, "benchmark": bench}, False

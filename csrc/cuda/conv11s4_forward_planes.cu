@@ -18,6 +18,10 @@
 //    4i + a of channel c; a unit is 4 columns of one row;
 //  - 16-bit: plane (b, c), b = 0, 1, holds the rows 4i + 2b and 4i + 2b + 1;
 //    a unit is the 4 columns of the first row, then the same of the second.
+//  - channels_last (16-bit; TF32 with 8-byte copies): the planes hold unit
+//    types of a row's 12 values (3 channels x 4 columns) in place of
+//    channels, so that every copy is a piece of contiguous input, as in
+//    NCHW; the prep kernel maps the weights' taps to match (Layout).
 // Output pixel (p, q) is flat pixel f = 57p + q (q = 55, 56 are computed and
 // dropped). Its A row for a k group (a unit's worth of (c, r, s)) lies in
 // plane row p + R, unit q + j: the group's origin plus 16 f bytes. A k step
@@ -58,6 +62,12 @@
 //    the 0.172: without stores 0.163, without copies 0.142, without either
 //    0.117, about 57% of the tensor cores' bf16 peak; the wgmma operand
 //    reads alone take ~85% of shared memory's bandwidth at that peak.
+//  - 2026-11-27 (fourteenth session, docs/perf-notes.md): the producer's
+//    instructions a piece set the pace (one extra branch a piece: bf16
+//    0.163 -> 0.198); two a piece in tiles inside the image, warpgroups past
+//    an image's last pixel idle, programmatic dependent launch after the
+//    prep kernel: bf16 0.146, fp16 0.148, TF32 0.243, bf16 channels_last
+//    0.148 (bench.py --quick; K = 96).
 // The bulk tensor copy cannot do the copies: its innermost box start must
 // be 16-byte aligned.
 //
@@ -128,9 +138,16 @@ struct Layout {
   // plane j: channel, first padded row mod 4
   __host__ __device__ static constexpr int plane_c(int j) { return j % kC; }
   __host__ __device__ static constexpr int plane_a(int j) { return 2 * (j / kC); }
-  // channels_last: element e of unit type f: its row of the pair, its value
+  // channels_last: element e of unit type f: its row of the pair, its value;
+  // the tap of group g's element e
   __host__ __device__ static constexpr int nhwc_row(int f, int e) { return f == 0 ? 0 : f == 2 ? 1 : e / 4; }
   __host__ __device__ static constexpr int nhwc_val(int f, int e) { return f == 0 ? e : f == 2 ? 4 + e : (e + 8) % 12; }
+  __host__ __device__ static constexpr void nhwc_tap(int g, int e, int& c, int& r, int& s) {
+    const int f = plane(g) % kC, v = nhwc_val(f, e);
+    c = v % kC;
+    r = 4 * row(g) + 2 * (plane(g) / kC) + nhwc_row(f, e);
+    s = 4 * (g % 3) + v / kC;
+  }
 };
 
 // TF32: plane (c, a) holds the padded rows 4i + a of channel c. Group g of
@@ -155,6 +172,14 @@ struct Layout<float> {
   __host__ __device__ static constexpr int tap_s(int g, int e) { return col(g) / 4 + e; }
   __host__ __device__ static constexpr int plane_c(int j) { return j >> 2; }
   __host__ __device__ static constexpr int plane_a(int j) { return j & 3; }
+  // channels_last (8-byte copies): plane (f, a) in place of (c, a), its
+  // unit the values 4f .. 4f + 3 of the row's 12 (3 channels x 4 columns)
+  __host__ __device__ static constexpr void nhwc_tap(int g, int e, int& c, int& r, int& s) {
+    const int v = 4 * (g / 33) + e;
+    c = v % kC;
+    r = tap_r(g, e);
+    s = col(g) / 4 + v / kC;
+  }
 };
 
 template <typename T>
@@ -185,7 +210,7 @@ struct Params {
   int sC, sY, sX;
   int H, W, K, P, Q, PQ, pad;
   int tiles_per_img, total_tiles;
-  int vec8;  // float: NCHW, even padding and width, 8-byte aligned: 8-byte copies
+  int vec8;  // float, even padding and width, 8-byte aligned: 8-byte copies (channels_last: by unit types)
 };
 
 // B for NT channels in wgmma's K-major layout: per k step two blocks (its
@@ -200,12 +225,7 @@ __global__ void prep_weights_planes_kernel(const T* __restrict__ w, int K, T* __
   float v = 0.f;
   if (g < L::kGroups && n < K) {
     int c = L::tap_c(g), r = L::tap_r(g, e), s = L::tap_s(g, e);
-    if constexpr (kNhwc) {
-      const int f = L::plane(g) % kC, val = L::nhwc_val(f, e);
-      c = val % kC;
-      r = 4 * L::row(g) + 2 * (L::plane(g) / kC) + L::nhwc_row(f, e);
-      s = 4 * (g % 3) + val / kC;
-    }
+    if constexpr (kNhwc) L::nhwc_tap(g, e, c, r, s);
     if (r < kR && s < kR) v = to_f(w[((n * kC + c) * kR + r) * kR + s]);
   }
   if constexpr (std::is_same_v<T, float>) {
@@ -235,8 +255,9 @@ constexpr int kChunks = kRows * kQf;  // 16-byte units per plane
 // them; each thread's copies of plane j count as one arrival on full[j] once
 // they have landed (cp.async.mbarrier.arrive.noinc), so no thread waits for
 // its own copies. A unit is copied in pieces of kB bytes (TF32: 4 columns
-// of one row, kB = 8 for NCHW of even padding and width, else 4; 16-bit: 2
-// columns of the first row, 2 more, then the same of the second row), and
+// of one row, kB = 8 for even padding and width, else 4; 16-bit: 2 columns
+// of the first row, 2 more, then the same of the second row; channels_last
+// by unit types: consecutive values of the row's 12), and
 // consecutive threads take consecutive pieces, so that a warp's copies
 // fill contiguous shared memory (one thread a unit: 4-way bank conflicts).
 // TF32 values stay fp32: the tensor cores read their TF32 part
@@ -259,18 +280,17 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
   constexpr bool k16 = !std::is_same_v<T, float>;
   constexpr int kPer = 16 / kB, kPieces = kChunks * kPer, kN = (kPieces + kLoaders - 1) / kLoaders;
   static_assert(!k16 || kB == 4, "16-bit: 4-byte pieces");
-  static_assert(!kNhwc || k16, "the channels_last unit types are 16-bit's");
   static_assert(kLoaders % kPer == 0 && kPitch == 16 * kQf, "a thread's pieces lie 16 kLoaders / kPer bytes apart");
   // Piece t + kLoaders v is part k = t % kPer of unit t / kPer + (kLoaders /
   // kPer) v: its shared offset is dst0 + kLoaders kB v. Per piece: its row's
   // offset, the input byte offset from the plane's first padded row (32
   // bits: the launcher keeps an image's bytes below 2^31), and the bytes to
   // copy (0 for padding columns; x and W even for 8-byte and 16-bit pieces,
-  // so both values are in or out). channels_last 16-bit: where part k lies
-  // in the row pair (row, 4-byte piece of the row's 12 values) depends on
-  // the plane's unit type, so the offsets are the unit's columns' and each
-  // plane adds its part's; bits v of lo / hi: columns 0, 1 / 2, 3 in the
-  // image (the row's pieces 0-2 / 3-5).
+  // so both values are in or out). channels_last by unit types (kNhwc):
+  // where part k lies (16-bit: the row of the pair; the first of its values
+  // among the row's 12) depends on the plane's unit type, so the offsets
+  // are the unit's columns' and each plane adds its part's; bits v of lo /
+  // hi: columns 0, 1 / 2, 3 in the image (values 0-5 / 6-11).
   const int k = t % kPer, dst0 = 16 * (t / kPer) + kB * k;
   int ry[kN], src[kN], nb[kN];
   uint32_t lo = 0, hi = 0;
@@ -312,10 +332,18 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
       // into every piece's address (four instructions a piece instead of two)
       const char* from;
       if constexpr (kNhwc) {
-        const int f = j % kC, row = f == 0 ? 0 : f == 2 ? 1 : k >> 1, piece = f == 0 ? k : f == 2 ? 2 + k : (k + 4) % 6;
+        // the part's row of the pair and its first value of the row's 12
+        int row = 0, val;
+        if constexpr (k16) {
+          const int f = j % kC;
+          row = f == 0 ? 0 : f == 2 ? 1 : k >> 1;
+          val = 2 * (f == 0 ? k : f == 2 ? 2 + k : (k + 4) % 6);
+        } else {
+          val = 4 * L::plane_c(j) + 2 * k;
+        }
         y1 += row;
-        cols = piece < 3 ? lo : hi;
-        from = opaque(reinterpret_cast<const char*>(img + y1 * p.sY) + 2 * sizeof(T) * piece);
+        cols = val < 6 ? lo : hi;
+        from = opaque(reinterpret_cast<const char*>(img + y1 * p.sY) + sizeof(T) * val);
       } else {
         from = opaque(reinterpret_cast<const char*>(img + L::plane_c(j) * p.sC + y0 * p.sY));
       }
@@ -508,19 +536,24 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
     if constexpr (L::kStaged)
       store_tiles(p, reinterpret_cast<const uint16_t*>(stage), s_sfull, s_sempty, tid - 128 * (kConsumers + 1));
   } else if (tid >= 128 * kConsumers) {
+    const int t = tid - 128 * kConsumers;
     if constexpr (std::is_same_v<T, float>) {
       if (p.vec8) {
-        load_planes<T, 8, false>(p, s_a, s_empty, s_full, tid - 128 * kConsumers);
-        return;
+        if (p.sX == 1) {
+          load_planes<T, 8, false>(p, s_a, s_empty, s_full, t);
+        } else {
+          load_planes<T, 8, true>(p, s_a, s_empty, s_full, t);
+        }
+      } else {
+        load_planes<T, 4, false>(p, s_a, s_empty, s_full, t);
+      }
+    } else {
+      if (p.sX == 1) {
+        load_planes<T, 4, false>(p, s_a, s_empty, s_full, t);
+      } else {
+        load_planes<T, 4, true>(p, s_a, s_empty, s_full, t);
       }
     }
-    if constexpr (L::kStaged) {
-      if (p.sX != 1) {
-        load_planes<T, 4, true>(p, s_a, s_empty, s_full, tid - 128 * kConsumers);
-        return;
-      }
-    }
-    load_planes<T, 4, false>(p, s_a, s_empty, s_full, tid - 128 * kConsumers);
   } else {
     // the weights come from the prep kernel, which may still be running
     // (launch_dependent): the producer's first planes do not wait for them
@@ -558,7 +591,7 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
   p.sC = nhwc ? 1 : hw;
   p.sY = nhwc ? kC * p.W : p.W;
   p.sX = nhwc ? kC : 1;
-  p.vec8 = !nhwc && pad % 2 == 0 && p.W % 2 == 0 && reinterpret_cast<uintptr_t>(input.data_ptr()) % 8 == 0;
+  p.vec8 = pad % 2 == 0 && p.W % 2 == 0 && reinterpret_cast<uintptr_t>(input.data_ptr()) % 8 == 0;
   p.tiles_per_img = (p.P * kQf + kMT - 1) / kMT;
   const int64_t total = input.size(0) * (int64_t)p.tiles_per_img;
   if (total > INT32_MAX || total < prop->multiProcessorCount) return false;
@@ -568,10 +601,9 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
   auto stream = at::cuda::getCurrentCUDAStream();
   auto wbuf = at::empty({(int64_t)S::kB}, input.options().dtype(at::kByte));
   constexpr int kPrepThreads = L::kSteps * 2 * NT * L::kElems;
-  auto* prep = prep_weights_planes_kernel<T, NT, false>;
-  if constexpr (!std::is_same_v<T, float>) {
-    if (nhwc) prep = prep_weights_planes_kernel<T, NT, true>;
-  }
+  // channels_last planes by unit types: 16-bit always, TF32 with 8-byte copies
+  const bool units = nhwc && (!std::is_same_v<T, float> || p.vec8);
+  auto* prep = units ? prep_weights_planes_kernel<T, NT, true> : prep_weights_planes_kernel<T, NT, false>;
   prep<<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(static_cast<const T*>(weight.data_ptr()), p.K,
                                                        static_cast<T*>(wbuf.data_ptr()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
