@@ -347,9 +347,10 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
       } else {
         from = opaque(reinterpret_cast<const char*>(img + L::plane_c(j) * p.sC + y0 * p.sY));
       }
-      // every row in the image: two instructions a piece, no branch (one
-      // between the pieces costs the producer its pace: the whole kernel
-      // took 20% longer); the image's first and last tiles test each row
+      // every row in the image: no row test and no branch between the
+      // pieces (address, byte count and copy: ~4 SASS instructions; one
+      // branch a piece more made the whole kernel 20% slower); the image's
+      // first and last tiles test each piece's row
       auto copy = [&](auto inner_c) {
 #pragma unroll
         for (int v = 0; v < kN; ++v) {
