@@ -58,7 +58,6 @@ __device__ __forceinline__ void st_shared_v2(uint32_t dst, uint32_t a, uint32_t 
 __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-// Waits until at most N of this thread's committed cp.async groups are pending.
 // Programmatic dependent launch (sm_90+; no-ops below, and for a grid not
 // launched by launch_dependent). The primary lets its dependent grid start
 // early; the dependent waits until the primary has finished and its writes
@@ -73,6 +72,7 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
+// Waits until at most N of this thread's committed cp.async groups are pending.
 template <int N> __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
