@@ -64,7 +64,7 @@
 //    reads alone take ~85% of shared memory's bandwidth at that peak.
 //  - 2026-11-27 (fourteenth session, docs/perf-notes.md): the producer's
 //    instructions a piece set the pace (one extra branch a piece: bf16
-//    0.163 -> 0.198); ~4 a piece in tiles inside the image, warpgroups past
+//    0.163 -> 0.20); ~4 a piece in tiles inside the image, warpgroups past
 //    an image's last pixel idle, programmatic dependent launch after the
 //    prep kernel: bf16 0.146, fp16 0.148, TF32 0.243, bf16 channels_last
 //    0.148 (bench.py --quick; K = 96).
