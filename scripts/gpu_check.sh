@@ -31,7 +31,7 @@ for dt in (torch.float32, torch.bfloat16):
     torch.ops.alexop.conv11s4_backward_weight(torch.randn(40, 96, 55, 55, device="cuda", dtype=dt), torch.rand(40, 3, 224, 224, device="cuda", dtype=dt), 2, True)
     torch.ops.alexop.conv11s4_backward_weight(torch.randn(44, 64, 49, 52, device="cuda", dtype=dt), torch.rand(44, 3, 200, 214, device="cuda", dtype=dt), 2, True)
     # the 16-bit forward on phase planes from one 192-pixel tile per SM (batch 8 at 224x224), with
-    # its store warpgroup: NCHW (cp.async) and channels_last (register) copies, 96 and 64 channel slots
+    # its store warpgroup: NCHW and channels_last (by unit types) copies, 96 and 64 channel slots
     alexop.conv11s4(torch.rand(8, 3, 224, 224, device="cuda", dtype=dt), w.to(dt), b.to(dt))
     alexop.conv11s4(torch.rand(8, 3, 224, 224, device="cuda", dtype=dt).to(memory_format=torch.channels_last), w[:64].to(dt), b[:64].to(dt))
     # other widths stage their outputs for store warps from 2 tiles per SM: the space-to-depth
@@ -54,11 +54,13 @@ dg = torch.ops.alexop.conv11s4_backward_input
 dg(torch.randn(6, 64, 55, 55, device="cuda"), w[:64].contiguous(), [6, 3, 227, 227], 0)
 dg(torch.randn(24, 40, 8, 75, device="cuda"), w[:40].contiguous(), [24, 3, 30, 300], 5)
 # the TF32 forward on phase planes from one 192-pixel tile per SM (batch 8 at 224x224): 8-byte copies
-# (NCHW, even padding), 4-byte ones (channels_last; 227 without padding), 96 and 64 channel slots
+# (NCHW; channels_last by unit types), 4-byte ones (227 without padding: odd width, both layouts),
+# 96 and 64 channel slots
 torch.set_float32_matmul_precision("medium")
 alexop.conv11s4(torch.rand(8, 3, 224, 224, device="cuda"), w, b)
 alexop.conv11s4(torch.rand(8, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last), w[:64], b[:64])
 alexop.conv11s4(torch.rand(8, 3, 227, 227, device="cuda"), w[:72], None, 0)
+alexop.conv11s4(torch.rand(8, 3, 227, 227, device="cuda").to(memory_format=torch.channels_last), w, b, 0)
 torch.cuda.synchronize(); print("ok")'
 for tool in memcheck racecheck; do
   timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 -c "$small" >> "$OUT/sanitizer.log" 2>&1

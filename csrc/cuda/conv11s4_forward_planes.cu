@@ -210,7 +210,8 @@ struct Params {
   int sC, sY, sX;
   int H, W, K, P, Q, PQ, pad;
   int tiles_per_img, total_tiles;
-  int vec8;  // float, even padding and width, 8-byte aligned: 8-byte copies (channels_last: by unit types)
+  int vec8;   // float, even padding and width, 8-byte aligned: 8-byte copies
+  int units;  // channels_last by unit types: 16-bit always, TF32 with 8-byte copies
 };
 
 // B for NT channels in wgmma's K-major layout: per k step two blocks (its
@@ -539,20 +540,18 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
   } else if (tid >= 128 * kConsumers) {
     const int t = tid - 128 * kConsumers;
     if constexpr (std::is_same_v<T, float>) {
-      if (p.vec8) {
-        if (p.sX == 1) {
-          load_planes<T, 8, false>(p, s_a, s_empty, s_full, t);
-        } else {
-          load_planes<T, 8, true>(p, s_a, s_empty, s_full, t);
-        }
+      if (p.units) {
+        load_planes<T, 8, true>(p, s_a, s_empty, s_full, t);
+      } else if (p.vec8) {
+        load_planes<T, 8, false>(p, s_a, s_empty, s_full, t);
       } else {
         load_planes<T, 4, false>(p, s_a, s_empty, s_full, t);
       }
     } else {
-      if (p.sX == 1) {
-        load_planes<T, 4, false>(p, s_a, s_empty, s_full, t);
-      } else {
+      if (p.units) {
         load_planes<T, 4, true>(p, s_a, s_empty, s_full, t);
+      } else {
+        load_planes<T, 4, false>(p, s_a, s_empty, s_full, t);
       }
     }
   } else {
@@ -593,6 +592,7 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
   p.sY = nhwc ? kC * p.W : p.W;
   p.sX = nhwc ? kC : 1;
   p.vec8 = pad % 2 == 0 && p.W % 2 == 0 && reinterpret_cast<uintptr_t>(input.data_ptr()) % 8 == 0;
+  p.units = nhwc && (!std::is_same_v<T, float> || p.vec8);
   p.tiles_per_img = (p.P * kQf + kMT - 1) / kMT;
   const int64_t total = input.size(0) * (int64_t)p.tiles_per_img;
   if (total > INT32_MAX || total < prop->multiProcessorCount) return false;
@@ -602,9 +602,7 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const std::option
   auto stream = at::cuda::getCurrentCUDAStream();
   auto wbuf = at::empty({(int64_t)S::kB}, input.options().dtype(at::kByte));
   constexpr int kPrepThreads = L::kSteps * 2 * NT * L::kElems;
-  // channels_last planes by unit types: 16-bit always, TF32 with 8-byte copies
-  const bool units = nhwc && (!std::is_same_v<T, float> || p.vec8);
-  auto* prep = units ? prep_weights_planes_kernel<T, NT, true> : prep_weights_planes_kernel<T, NT, false>;
+  auto* prep = p.units ? prep_weights_planes_kernel<T, NT, true> : prep_weights_planes_kernel<T, NT, false>;
   prep<<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(static_cast<const T*>(weight.data_ptr()), p.K,
                                                        static_cast<T*>(wbuf.data_ptr()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -42,7 +42,10 @@ void allow_max_dynamic_smem(Kernel* kernel) {
 template <typename... KArgs, typename... Args>
 void launch_dependent(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                       Args&&... args) {
-  static const bool pdl = std::getenv("ALEXOP_NO_PDL") == nullptr || std::string(std::getenv("ALEXOP_NO_PDL")) == "0";
+  static const bool pdl = [] {
+    const char* off = std::getenv("ALEXOP_NO_PDL");
+    return off == nullptr || std::string(off) == "0";
+  }();
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
