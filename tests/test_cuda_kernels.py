@@ -74,7 +74,8 @@ def test_forward_accuracy(shape, dtype, mode, bound, channels_last):
 
 # From one 192-pixel tile per SM on, outputs 48-55 pixels wide take the
 # kernels that read the input as phase planes: TF32 (8-byte copies for even
-# padding and width, channels_last by unit types of 3 channels x 4 columns;
+# padding and width, channels_last by unit types of 3 channels x 4 columns,
+# three planes at a time;
 # 4-byte ones otherwise) and 16-bit of even padding and width (4-byte
 # copies; channels_last by unit types), 64 or 96 channel slots, the 16-bit
 # ones with a store warpgroup; ragged last tiles (an image's last tile with

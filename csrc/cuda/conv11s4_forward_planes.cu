@@ -21,7 +21,8 @@
 //  - channels_last (16-bit; TF32 with 8-byte copies): the planes hold unit
 //    types of a row's 12 values (3 channels x 4 columns) in place of
 //    channels, so that every copy is a piece of contiguous input, as in
-//    NCHW; the prep kernel maps the weights' taps to match (Layout).
+//    NCHW; the prep kernel maps the weights' taps to match (Layout). TF32
+//    copies a row phase's three unit types together (load_unit_triples).
 // Output pixel (p, q) is flat pixel f = 57p + q (q = 55, 56 are computed and
 // dropped). Its A row for a k group (a unit's worth of (c, r, s)) lies in
 // plane row p + R, unit q + j: the group's origin plus 16 f bytes. A k step
@@ -150,11 +151,13 @@ struct Layout {
   }
 };
 
-// TF32: plane (c, a) holds the padded rows 4i + a of channel c. Group g of
-// channel g / 33: planes a = 0, 1, 2 with rows R = 0..2 and a = 3 with R =
-// 0, 1 (r = 4R + a <= 10), three column groups s0 = 0, 4, 8 each. 99 groups
-// and one all-zero group (16 bytes past the last one: real values, zero
-// weights): 50 k8 steps, K = 400.
+// TF32: plane j = 3a + c holds the padded rows 4i + a of channel c. Groups
+// in order of a, then c: planes a = 0, 1, 2 with rows R = 0..2 (groups 0
+// .. 80, 9 a plane) and a = 3 with R = 0, 1 (r = 4R + a <= 10; groups 81 ..
+// 98, 6 a plane), three column groups s0 = 0, 4, 8 each. 99 groups and one
+// all-zero group (16 bytes past the last one: real values, zero weights):
+// 50 k8 steps, K = 400. The three channels of a row phase a are consecutive
+// planes, which channels_last copies together (load_unit_triples).
 template <>
 struct Layout<float> {
   static constexpr int kPlanes = 4 * kC;
@@ -163,24 +166,45 @@ struct Layout<float> {
   static constexpr int kElems = 4;
   static constexpr int kBufs = 1;  // 154 KB of weights leave room for one
   static constexpr bool kStaged = false;
-  __host__ __device__ static constexpr int a(int g) { return g % 33 < 27 ? g % 33 / 9 : 3; }
-  __host__ __device__ static constexpr int plane(int g) { return 4 * (g / 33) + a(g); }
-  __host__ __device__ static constexpr int row(int g) { return (g % 33 - 9 * a(g)) / 3; }
-  __host__ __device__ static constexpr int col(int g) { return 16 * ((g % 33 - 9 * a(g)) % 3); }
-  __host__ __device__ static constexpr int tap_c(int g) { return g / 33; }
-  __host__ __device__ static constexpr int tap_r(int g, int) { return 4 * row(g) + a(g); }
+  // groups of a plane, group g's index among them
+  __host__ __device__ static constexpr int per(int g) { return g < 81 ? 9 : 6; }
+  __host__ __device__ static constexpr int w(int g) { return (g < 81 ? g : g - 81) % per(g); }
+  __host__ __device__ static constexpr int plane(int g) { return g < 81 ? g / 9 : 9 + (g - 81) / 6; }
+  __host__ __device__ static constexpr int row(int g) { return w(g) / 3; }
+  __host__ __device__ static constexpr int col(int g) { return 16 * (w(g) % 3); }
+  __host__ __device__ static constexpr int tap_c(int g) { return plane_c(plane(g)); }
+  __host__ __device__ static constexpr int tap_r(int g, int) { return 4 * row(g) + plane_a(plane(g)); }
   __host__ __device__ static constexpr int tap_s(int g, int e) { return col(g) / 4 + e; }
-  __host__ __device__ static constexpr int plane_c(int j) { return j >> 2; }
-  __host__ __device__ static constexpr int plane_a(int j) { return j & 3; }
-  // channels_last (8-byte copies): plane (f, a) in place of (c, a), its
+  __host__ __device__ static constexpr int plane_c(int j) { return j % kC; }
+  __host__ __device__ static constexpr int plane_a(int j) { return j / kC; }
+  // channels_last (8-byte copies): plane (a, f) in place of (a, c), its
   // unit the values 4f .. 4f + 3 of the row's 12 (3 channels x 4 columns)
   __host__ __device__ static constexpr void nhwc_tap(int g, int e, int& c, int& r, int& s) {
-    const int v = 4 * (g / 33) + e;
+    const int v = 4 * tap_c(g) + e;
     c = v % kC;
     r = tap_r(g, e);
     s = col(g) / 4 + v / kC;
   }
 };
+
+// Every tap (c, r, s) of the 11 x 11 window lies in exactly one k slot, for
+// both layouts' tap maps.
+template <typename T, bool kNhwc>
+constexpr bool taps_once() {
+  using L = Layout<T>;
+  int seen[kC * kR * kR] = {};
+  for (int g = 0; g < L::kGroups; ++g)
+    for (int e = 0; e < L::kElems; ++e) {
+      int c = L::tap_c(g), r = L::tap_r(g, e), s = L::tap_s(g, e);
+      if (kNhwc) L::nhwc_tap(g, e, c, r, s);
+      if (r < kR && s < kR) ++seen[(c * kR + r) * kR + s];
+    }
+  for (int n : seen)
+    if (n != 1) return false;
+  return true;
+}
+static_assert(taps_once<float, false>() && taps_once<float, true>(), "TF32 k slots");
+static_assert(taps_once<__nv_bfloat16, false>() && taps_once<__nv_bfloat16, true>(), "16-bit k slots");
 
 template <typename T>
 constexpr int kThreads = 128 * (kConsumers + 1 + Layout<T>::kStaged);
@@ -199,6 +223,7 @@ struct Smem {
   static constexpr int kBars = kBias + NT8 * 8 * 4;
   static constexpr int kBytes = kBars + 16 * kSlots + 16;
 };
+static_assert(Smem<float, 12>::kBytes <= 227 * 1024, "the TF32 kernel at 96 channels fits sm_90's 227 KB");
 
 template <typename T>
 struct Params {
@@ -250,6 +275,15 @@ __host__ __device__ constexpr int step_plane(int s) {
   return L::plane(2 * s + 1 < L::kGroups ? 2 * s + 1 : L::kGroups - 1);
 }
 
+// groups in order of their offsets: each k step's LBO is positive
+template <typename L>
+constexpr bool offsets_increase() {
+  for (int g = 0; g + 1 < 2 * L::kSteps; ++g)
+    if (group_off<L>(g + 1) <= group_off<L>(g)) return false;
+  return true;
+}
+static_assert(offsets_increase<Layout<float>>() && offsets_increase<Layout<__nv_bfloat16>>(), "group order");
+
 constexpr int kChunks = kRows * kQf;  // 16-byte units per plane
 
 // The producer warpgroup copies plane after plane as the consumers release
@@ -257,8 +291,8 @@ constexpr int kChunks = kRows * kQf;  // 16-byte units per plane
 // they have landed (cp.async.mbarrier.arrive.noinc), so no thread waits for
 // its own copies. A unit is copied in pieces of kB bytes (TF32: 4 columns
 // of one row, kB = 8 for even padding and width, else 4; 16-bit: 2 columns
-// of the first row, 2 more, then the same of the second row; channels_last
-// by unit types: consecutive values of the row's 12), and
+// of the first row, 2 more, then the same of the second row; 16-bit
+// channels_last by unit types: consecutive values of the row's 12), and
 // consecutive threads take consecutive pieces, so that a warp's copies
 // fill contiguous shared memory (one thread a unit: 4-way bank conflicts).
 // TF32 values stay fp32: the tensor cores read their TF32 part
@@ -274,6 +308,72 @@ __device__ __forceinline__ const char* opaque(const char* ptr) {
   return ptr;
 }
 
+// TF32 channels_last by unit types (8-byte pieces): a plane of one unit
+// type holds 16 of each 48 input bytes, so a warp copying plane after plane
+// touched three times the cache lines of an NCHW copy (0.277 ms against
+// 0.243, H200). The three unit types of a row phase a are the consecutive
+// planes 3a + f and are copied together: the 6 pieces of a row's 12 values
+// (f = piece / 2) go to consecutive threads, 21 units a round of 126
+// threads, 19 rounds a plane triple; a warp copies 256 contiguous input
+// bytes, and a thread's pieces keep one shared offset plus 336 bytes a
+// round. The other two threads only arrive. Row tests as in load_planes.
+__device__ __forceinline__ void load_unit_triples(const Params<float>& p, uint32_t s_a, uint32_t s_empty,
+                                                  uint32_t s_full, int t) {
+  using L = Layout<float>;
+  constexpr int kPer = 6, kUnits = kLoaders / kPer, kN = kChunks / kUnits;
+  static_assert(kN * kUnits == kChunks && L::kBufs == 1, "whole rounds; one set of planes");
+  const bool active = t < kPer * kUnits;
+  const int k = t % kPer, dst0 = (k >> 1) * kPlaneBytes + 16 * (t / kPer) + 8 * (k & 1);
+  // per round: the unit's first padded row from the plane's, the input byte
+  // offset of the piece from that row's start, whether its columns lie in
+  // the image (bit v; x and W even: both of a piece's columns or neither)
+  int ry[kN], src[kN];
+  uint32_t cols = 0;
+#pragma unroll
+  for (int v = 0; v < kN; ++v) {
+    const int u = t / kPer + kUnits * v, i = u / kQf, x = 4 * (u % kQf) - p.pad;
+    ry[v] = 4 * i - p.pad;
+    src[v] = (ry[v] * p.sY + x * p.sX) * 4 + 8 * k;
+    cols |= (unsigned)(x + (k < 3 ? 0 : 2)) < (unsigned)p.W ? 1u << v : 0u;
+  }
+  constexpr int kSpan = 4 * (kRows - 1);
+  int it = 0;
+  for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x, ++it) {
+    const int n = tile / p.tiles_per_img, p0 = (tile - n * p.tiles_per_img) * kMT / kQf;
+    const float* img = p.x + n * p.sN;
+    for (int a = 0; a < 4; ++a) {
+      const int slot = kC * a;
+      if (it > 0)
+        for (int f = 0; f < kC; ++f) mbar_wait(s_empty + 8 * (slot + f), (it - 1) & 1);
+      const uint32_t base = s_a + slot * kPlaneBytes + dst0;
+      const int y0 = 4 * p0 + a;
+      const bool inner = y0 - p.pad >= 0 && y0 + kSpan - p.pad < p.H;
+      const char* from = opaque(reinterpret_cast<const char*>(img + y0 * p.sY));
+      auto copy = [&](auto inner_c) {
+#pragma unroll
+        for (int v = 0; v < kN; ++v) {
+          int bytes = cols >> v & 1 ? 8 : 0;
+          const char* f = from + src[v];
+          if constexpr (!decltype(inner_c)::value) {
+            const bool ok = (unsigned)(y0 + ry[v]) < (unsigned)p.H;
+            f = ok ? f : reinterpret_cast<const char*>(img);
+            bytes = ok ? bytes : 0;
+          }
+          cp_async8n(base + 16 * kUnits * v, f, bytes);
+        }
+      };
+      if (active) {
+        if (inner) {
+          copy(std::true_type{});
+        } else {
+          copy(std::false_type{});
+        }
+      }
+      for (int f = 0; f < kC; ++f) cp_async_arrive_noinc(s_full + 8 * (slot + f));
+    }
+  }
+}
+
 template <typename T, int kB, bool kNhwc>
 __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, uint32_t s_empty, uint32_t s_full,
                                             int t) {
@@ -281,6 +381,7 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
   constexpr bool k16 = !std::is_same_v<T, float>;
   constexpr int kPer = 16 / kB, kPieces = kChunks * kPer, kN = (kPieces + kLoaders - 1) / kLoaders;
   static_assert(!k16 || kB == 4, "16-bit: 4-byte pieces");
+  static_assert(k16 || !kNhwc, "TF32 channels_last by unit types: load_unit_triples");
   static_assert(kLoaders % kPer == 0 && kPitch == 16 * kQf, "a thread's pieces lie 16 kLoaders / kPer bytes apart");
   // Piece t + kLoaders v is part k = t % kPer of unit t / kPer + (kLoaders /
   // kPer) v: its shared offset is dst0 + kLoaders kB v. Per piece: its row's
@@ -334,14 +435,8 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
       const char* from;
       if constexpr (kNhwc) {
         // the part's row of the pair and its first value of the row's 12
-        int row = 0, val;
-        if constexpr (k16) {
-          const int f = j % kC;
-          row = f == 0 ? 0 : f == 2 ? 1 : k >> 1;
-          val = 2 * (f == 0 ? k : f == 2 ? 2 + k : (k + 4) % 6);
-        } else {
-          val = 4 * L::plane_c(j) + 2 * k;
-        }
+        const int f = j % kC, row = f == 0 ? 0 : f == 2 ? 1 : k >> 1;
+        const int val = 2 * (f == 0 ? k : f == 2 ? 2 + k : (k + 4) % 6);
         y1 += row;
         cols = val < 6 ? lo : hi;
         from = opaque(reinterpret_cast<const char*>(img + y1 * p.sY) + sizeof(T) * val);
@@ -541,7 +636,7 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
     const int t = tid - 128 * kConsumers;
     if constexpr (std::is_same_v<T, float>) {
       if (p.units) {
-        load_planes<T, 8, true>(p, s_a, s_empty, s_full, t);
+        load_unit_triples(p, s_a, s_empty, s_full, t);
       } else if (p.vec8) {
         load_planes<T, 8, false>(p, s_a, s_empty, s_full, t);
       } else {
