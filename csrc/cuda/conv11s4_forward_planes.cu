@@ -130,6 +130,7 @@ struct Layout {
   static constexpr int kElems = 8;
   static constexpr int kBufs = 2;  // B is half the size of TF32's: room for a second tile's planes
   static constexpr bool kStaged = true;  // outputs staged in shared memory for a store warpgroup
+  static constexpr int kSlotBytes = kPlaneBytes;  // a plane's slot
   __host__ __device__ static constexpr int plane(int g) { return g / 9; }
   __host__ __device__ static constexpr int row(int g) { return g % 9 / 3; }
   __host__ __device__ static constexpr int col(int g) { return 16 * (g % 3); }
@@ -166,6 +167,10 @@ struct Layout<float> {
   static constexpr int kElems = 4;
   static constexpr int kBufs = 1;  // 154 KB of weights leave room for one
   static constexpr bool kStaged = false;
+  // 64 bytes past the plane (6448 = 48 mod 128 bytes): a half-warp's
+  // 8-byte channels_last copies into a row phase's three planes hit each
+  // bank once (with 6384 twice); 768 bytes of the 1.6 KB left
+  static constexpr int kSlotBytes = kPlaneBytes + 64;
   // groups of a plane, group g's index among them
   __host__ __device__ static constexpr int per(int g) { return g < 81 ? 9 : 6; }
   __host__ __device__ static constexpr int w(int g) { return (g < 81 ? g : g - 81) % per(g); }
@@ -217,7 +222,7 @@ struct Smem {
   using L = Layout<T>;
   static constexpr int kSlots = L::kBufs * L::kPlanes;
   static constexpr int kB = L::kSteps * 2 * NT8 * 8 * 16;
-  static constexpr int kA = kSlots * kPlaneBytes;
+  static constexpr int kA = kSlots * L::kSlotBytes;
   static constexpr int kStage = L::kStaged ? NT8 * 8 * kLs * 2 : 0;
   static constexpr int kBias = kB + kA + kStage;
   static constexpr int kBars = kBias + NT8 * 8 * 4;
@@ -267,7 +272,7 @@ __global__ void prep_weights_planes_kernel(const T* __restrict__ w, int K, T* __
 template <typename L>
 __host__ __device__ constexpr int group_off(int g) {
   const int h = g < L::kGroups ? g : L::kGroups - 1;
-  return L::plane(h) * kPlaneBytes + L::row(h) * kPitch + L::col(h) + (g < L::kGroups ? 0 : 16);
+  return L::plane(h) * L::kSlotBytes + L::row(h) * kPitch + L::col(h) + (g < L::kGroups ? 0 : 16);
 }
 // the plane whose arrival a k step waits for (its second group's)
 template <typename L>
@@ -323,7 +328,7 @@ __device__ __forceinline__ void load_unit_triples(const Params<float>& p, uint32
   constexpr int kPer = 6, kUnits = kLoaders / kPer, kN = kChunks / kUnits;
   static_assert(kN * kUnits == kChunks && L::kBufs == 1, "whole rounds; one set of planes");
   const bool active = t < kPer * kUnits;
-  const int k = t % kPer, dst0 = (k >> 1) * kPlaneBytes + 16 * (t / kPer) + 8 * (k & 1);
+  const int k = t % kPer, dst0 = (k >> 1) * L::kSlotBytes + 16 * (t / kPer) + 8 * (k & 1);
   // per round: the unit's first padded row from the plane's, the input byte
   // offset of the piece from that row's start, whether its columns lie in
   // the image (bit v; x and W even: both of a piece's columns or neither)
@@ -345,7 +350,7 @@ __device__ __forceinline__ void load_unit_triples(const Params<float>& p, uint32
       const int slot = kC * a;
       if (it > 0)
         for (int f = 0; f < kC; ++f) mbar_wait(s_empty + 8 * (slot + f), (it - 1) & 1);
-      const uint32_t base = s_a + slot * kPlaneBytes + dst0;
+      const uint32_t base = s_a + slot * L::kSlotBytes + dst0;
       const int y0 = 4 * p0 + a;
       const bool inner = y0 - p.pad >= 0 && y0 + kSpan - p.pad < p.H;
       const char* from = opaque(reinterpret_cast<const char*>(img + y0 * p.sY));
@@ -425,7 +430,7 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
     for (int j = 0; j < L::kPlanes; ++j) {
       const int slot = buf * L::kPlanes + j;
       if (use > 0) mbar_wait(s_empty + 8 * slot, (use - 1) & 1);
-      const uint32_t base = s_a + slot * kPlaneBytes + dst0;
+      const uint32_t base = s_a + slot * L::kSlotBytes + dst0;
       const int y0 = 4 * p0 + L::plane_a(j);
       const bool inner = y0 - p.pad >= 0 && y0 + kSpan - p.pad < p.H;
       int y1 = y0;  // the piece's row of the pair (channels_last)
@@ -536,7 +541,7 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
     const int n = tile / p.tiles_per_img, f0 = (tile - n * p.tiles_per_img) * kMT, p0 = f0 / kQf;
     const int bar0 = 8 * (it % L::kBufs) * L::kPlanes, parity = it / L::kBufs & 1;
     const uint64_t da =
-        gmma_desc(s_a + (it % L::kBufs) * L::kPlanes * kPlaneBytes + (f0 - kQf * p0 + 64 * wg) * 16, 0, 128);
+        gmma_desc(s_a + (it % L::kBufs) * L::kPlanes * L::kSlotBytes + (f0 - kQf * p0 + 64 * wg) * 16, 0, 128);
     // A warpgroup whose 64 pixels all lie past the image's last (the last
     // tile of an image, e.g. 55 x 57 = 3135 flat pixels: 16 tiles and one
     // block of 64) only keeps the barriers' phases.
