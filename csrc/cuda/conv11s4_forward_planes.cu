@@ -69,6 +69,9 @@
 //    an image's last pixel idle, programmatic dependent launch after the
 //    prep kernel: bf16 0.146, fp16 0.148, TF32 0.243, bf16 channels_last
 //    0.148 (bench.py --quick; K = 96).
+//  - fifteenth session: TF32 channels_last by unit types 0.275, a row
+//    phase's three planes copied together 0.253, their slots spaced for
+//    conflict-free shared writes 0.245 (NCHW 0.242).
 // The bulk tensor copy cannot do the copies: its innermost box start must
 // be 16-byte aligned.
 //
