@@ -75,17 +75,15 @@ def test_forward_accuracy(shape, dtype, mode, bound, channels_last):
 # From one 192-pixel tile per SM on, outputs 48-55 pixels wide take the
 # kernels that read the input as phase planes: TF32 (8-byte copies for even
 # padding and width, channels_last by unit types of 3 channels x 4 columns,
-# three planes at a time;
-# 4-byte ones otherwise) and 16-bit of even padding and width (4-byte
-# copies; channels_last by unit types), 64 or 96 channel slots, the 16-bit
-# ones with a store warpgroup; ragged last tiles (an image's last tile with
-# warpgroups past its pixels), no bias. Other widths: from two 256-pixel
-# tiles per SM the 16-bit Hopper forward hands its outputs to store warps
-# that write each channel's run in aligned 16-byte chunks (odd plane
-# lengths: each run starts mid-chunk, differently per channel); even
-# padding and width take its
-# space-to-depth form, NCHW and channels_last each with their own copy; the
-# rest the gather kernel.
+# three planes at a time; 4-byte ones otherwise) and 16-bit of even padding
+# and width (4-byte copies; channels_last by unit types), 64 or 96 channel
+# slots, the 16-bit ones with a store warpgroup; ragged last tiles (an image's
+# last tile with warpgroups past its pixels), no bias. Other widths: from two
+# 256-pixel tiles per SM the 16-bit Hopper forward hands its outputs to store
+# warps that write each channel's run in aligned 16-byte chunks (odd plane
+# lengths: each run starts mid-chunk, differently per channel); even padding
+# and width take its space-to-depth form, NCHW and channels_last each with
+# their own copy; the rest the gather kernel.
 MANY_TILE_SHAPES = [
     (96, 96, 97, 131, 1),  # 23 x 31 outputs: 3 tiles per image, the last ragged
     (40, 64, 225, 223, 0),  # 54 x 54 outputs: 12 tiles per image
