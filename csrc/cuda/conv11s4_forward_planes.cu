@@ -316,6 +316,41 @@ __device__ __forceinline__ const char* opaque(const char* ptr) {
   return ptr;
 }
 
+// A thread's copies into a plane (or a TF32 plane triple): piece v from
+// from + src[v] to base + kStride v, bytes(v) of kB (0: zero-filled; the
+// thread's last round only if `last`). With every row of the plane in the
+// image (inner) no row test and no branch between the pieces (address,
+// byte count and copy: ~4 SASS instructions; one branch a piece more made
+// the whole kernel 20% slower); the image's first and last tiles test each
+// piece's row y + ry[v].
+template <int kB, int kStride, int kN, typename Bytes>
+__device__ __forceinline__ void copy_pieces(uint32_t base, const char* from, const char* img, const int (&src)[kN],
+                                            const int (&ry)[kN], int y, int H, bool inner, bool last, Bytes bytes) {
+  auto copy = [&](auto inner_c) {
+#pragma unroll
+    for (int v = 0; v < kN; ++v) {
+      if (v == kN - 1 && !last) break;
+      int nb = bytes(v);
+      const char* f = from + src[v];
+      if constexpr (!decltype(inner_c)::value) {
+        const bool ok = (unsigned)(y + ry[v]) < (unsigned)H;
+        f = ok ? f : img;
+        nb = ok ? nb : 0;
+      }
+      if constexpr (kB == 8) {
+        cp_async8n(base + kStride * v, f, nb);
+      } else {
+        cp_async4n(base + kStride * v, f, nb);
+      }
+    }
+  };
+  if (inner) {
+    copy(std::true_type{});
+  } else {
+    copy(std::false_type{});
+  }
+}
+
 // TF32 channels_last by unit types (8-byte pieces): a plane of one unit
 // type holds 16 of each 48 input bytes, so a warp copying plane after plane
 // touched three times the cache lines of an NCHW copy (0.277 ms against
@@ -324,7 +359,7 @@ __device__ __forceinline__ const char* opaque(const char* ptr) {
 // (f = piece / 2) go to consecutive threads, 21 units a round of 126
 // threads, 19 rounds a plane triple; a warp copies 256 contiguous input
 // bytes, and a thread's pieces keep one shared offset plus 336 bytes a
-// round. The other two threads only arrive. Row tests as in load_planes.
+// round. The other two threads only arrive. Row tests as in copy_pieces.
 __device__ __forceinline__ void load_unit_triples(const Params<float>& p, uint32_t s_a, uint32_t s_empty,
                                                   uint32_t s_full, int t) {
   using L = Layout<float>;
@@ -357,26 +392,9 @@ __device__ __forceinline__ void load_unit_triples(const Params<float>& p, uint32
       const int y0 = 4 * p0 + a;
       const bool inner = y0 - p.pad >= 0 && y0 + kSpan - p.pad < p.H;
       const char* from = opaque(reinterpret_cast<const char*>(img + y0 * p.sY));
-      auto copy = [&](auto inner_c) {
-#pragma unroll
-        for (int v = 0; v < kN; ++v) {
-          int bytes = cols >> v & 1 ? 8 : 0;
-          const char* f = from + src[v];
-          if constexpr (!decltype(inner_c)::value) {
-            const bool ok = (unsigned)(y0 + ry[v]) < (unsigned)p.H;
-            f = ok ? f : reinterpret_cast<const char*>(img);
-            bytes = ok ? bytes : 0;
-          }
-          cp_async8n(base + 16 * kUnits * v, f, bytes);
-        }
-      };
-      if (active) {
-        if (inner) {
-          copy(std::true_type{});
-        } else {
-          copy(std::false_type{});
-        }
-      }
+      if (active)
+        copy_pieces<8, 16 * kUnits>(base, from, reinterpret_cast<const char*>(img), src, ry, y0, p.H, inner, true,
+                                    [&](int v) { return cols >> v & 1 ? 8 : 0; });
       for (int f = 0; f < kC; ++f) cp_async_arrive_noinc(s_full + 8 * (slot + f));
     }
   }
@@ -451,38 +469,14 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
       } else {
         from = opaque(reinterpret_cast<const char*>(img + L::plane_c(j) * p.sC + y0 * p.sY));
       }
-      // every row in the image: no row test and no branch between the
-      // pieces (address, byte count and copy: ~4 SASS instructions; one
-      // branch a piece more made the whole kernel 20% slower); the image's
-      // first and last tiles test each piece's row
-      auto copy = [&](auto inner_c) {
-#pragma unroll
-        for (int v = 0; v < kN; ++v) {
-          if (v == kN - 1 && !last) break;
-          int bytes;
-          if constexpr (kNhwc) {
-            bytes = cols >> v & 1 ? kB : 0;
-          } else {
-            bytes = nb[v];
-          }
-          const char* f = from + src[v];
-          if constexpr (!decltype(inner_c)::value) {
-            const bool ok = (unsigned)(y1 + ry[v]) < (unsigned)p.H;
-            f = ok ? f : reinterpret_cast<const char*>(img);
-            bytes = ok ? bytes : 0;
-          }
-          if constexpr (kB == 8) {
-            cp_async8n(base + kLoaders * kB * v, f, bytes);
-          } else {
-            cp_async4n(base + kLoaders * kB * v, f, bytes);
-          }
-        }
-      };
-      if (inner) {
-        copy(std::true_type{});
-      } else {
-        copy(std::false_type{});
-      }
+      copy_pieces<kB, kLoaders * kB>(base, from, reinterpret_cast<const char*>(img), src, ry, y1, p.H, inner, last,
+                                     [&](int v) {
+                                       if constexpr (kNhwc) {
+                                         return cols >> v & 1 ? kB : 0;
+                                       } else {
+                                         return nb[v];
+                                       }
+                                     });
       cp_async_arrive_noinc(s_full + 8 * slot);
     }
   }
