@@ -26,6 +26,7 @@ from torch import nn
 import alexop
 from conftest import assert_matches, make_inputs, needs_cuda, reference, rel_l2
 
+pytest.importorskip("torchvision", reason="scripts/train_alexnet.py trains torchvision's AlexNet")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import train_alexnet as T  # noqa: E402
 
