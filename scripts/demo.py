@@ -27,6 +27,8 @@ import alexop
 # Without a GPU, torch.compile's import of cpp_extension warns that no CUDA
 # runtime is found: true, and nothing a user of this demo can act on.
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+# The demo compares float32 paths at full float32 precision on purpose.
+warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores", category=UserWarning)
 
 
 def alexnet() -> tuple[nn.Module, str]:
