@@ -128,7 +128,7 @@ class Conv11s4(nn.Module):
         out_channels = _int("Conv11s4", "out_channels", out_channels)
         if in_channels < 1 or out_channels < 1:
             raise ValueError(
-                f"Conv11s4 needs at least one input and one output channel, got "
+                f"Conv11s4: expected at least one input and one output channel, but got "
                 f"in_channels={in_channels}, out_channels={out_channels}"
             )
         padding = _padding("Conv11s4", padding)
