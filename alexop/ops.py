@@ -51,16 +51,16 @@ def conv11s4(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, paddi
     accuracy unless ``torch.set_float32_matmul_precision("high")`` (or
     ``"medium"``) allows TF32 tensor cores.
     """
-    if not torch.jit.is_scripting():
-        _check_int64("alexop.conv11s4", "padding", padding)
+    if not torch.jit.is_scripting():  # TorchScript's ints are int64 already
+        _check_int64("alexop.conv11s4", padding)
     return torch.ops.alexop.conv11s4(input, weight, bias, padding)
 
 
-def _check_int64(where: str, name: str, value) -> None:
+def _check_int64(where: str, padding) -> None:
     # torch.ops passes ints as int64: a larger Python int would be refused
     # there with "Expected a value of type 'int' ... but instead found type 'int'".
-    if isinstance(value, int) and not -(2**63) <= value < 2**63:
-        raise ValueError(f"{where}: expected {name} to fit in int64, but got {value}")
+    if isinstance(padding, int) and not -(2**63) <= padding < 2**63:
+        raise ValueError(f"{where}: expected padding to fit in int64, but got {padding}")
 
 
 def _int(where: str, name: str, value) -> int:
@@ -92,7 +92,7 @@ def _padding(where: str, padding) -> int:
     padding = _int(where, "padding", padding)
     if padding < 0:
         raise ValueError(f"{where}: expected padding >= 0, but got {padding}")
-    _check_int64(where, "padding", padding)
+    _check_int64(where, padding)
     return padding
 
 

@@ -13,6 +13,7 @@ import alexop
 from conftest import assert_matches, grads_reference, make_inputs, needs_cuda, reference
 
 OPS = torch.ops.alexop
+# float32 and float64 twice as often as the 16-bit types.
 DTYPES = [torch.float32, torch.float64, torch.float32, torch.float64, torch.float16, torch.bfloat16]
 # Every refusal comes from alexop's own checks: C++ ("alexop.conv11s4...: "),
 # Python ("alexop.conv11s4: ") or the schema's argument types ("alexop::conv11s4").
