@@ -30,6 +30,27 @@ def reference(x, w, b=None, padding=2):
     )
 
 
+def grads_reference(x, w, b, grad, padding):
+    """The gradients of F.conv2d in float64 on the CPU, for (x, w) or (x, w, b)."""
+    leaves = [t.detach().double().cpu().requires_grad_() for t in (x, w) + ((b,) if b is not None else ())]
+    out = F.conv2d(leaves[0], leaves[1], leaves[2] if b is not None else None, stride=4, padding=padding)
+    return torch.autograd.grad(out, leaves, grad.double().cpu())
+
+
+class precision:
+    """torch.set_float32_matmul_precision for the duration of a block."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __enter__(self):
+        self.saved = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision(self.value)
+
+    def __exit__(self, *exc):
+        torch.set_float32_matmul_precision(self.saved)
+
+
 def rel_l2(out, ref):
     out = out.detach().double().cpu()
     ref = ref.detach().double().cpu()

@@ -2,17 +2,10 @@
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import alexop
-from conftest import DEVICES, REL_L2, make_inputs, needs_cuda, rel_l2
-
-
-def _grads_reference(x, wt, b, grad, padding):
-    leaves = [t.detach().double().cpu().requires_grad_() for t in (x, wt) + ((b,) if b is not None else ())]
-    out = F.conv2d(leaves[0], leaves[1], leaves[2] if b is not None else None, stride=4, padding=padding)
-    return torch.autograd.grad(out, leaves, grad.double().cpu())
+from conftest import DEVICES, REL_L2, grads_reference, make_inputs, needs_cuda, rel_l2
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -39,7 +32,7 @@ def test_float32_grads_match_conv2d(device, n, c_in, c_out, h, w, p):
     out = alexop.conv11s4(x, wt, b, p)
     grad = torch.randn_like(out)
     got = torch.autograd.grad(out, (x, wt, b), grad)
-    want = _grads_reference(x, wt, b, grad, p)
+    want = grads_reference(x, wt, b, grad, p)
     for name, g, r in zip(("input", "weight", "bias"), got, want):
         assert g.dtype == torch.float32 and g.shape == r.shape
         assert rel_l2(g, r) <= REL_L2[torch.float32], name
@@ -58,7 +51,7 @@ def test_grad_output_any_strides(device):
         torch.randn(*out.shape[:3], 2 * out.shape[3], device=device)[..., ::2],
     ):
         got = torch.autograd.grad(out, (x, wt, b), grad, retain_graph=True)
-        want = _grads_reference(x, wt, b, grad, 2)
+        want = grads_reference(x, wt, b, grad, 2)
         for g, r in zip(got, want):
             assert rel_l2(g, r) <= REL_L2[torch.float32]
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import alexop
-from conftest import REL_L2, make_inputs, needs_cuda, reference, rel_l2
+from conftest import REL_L2, make_inputs, needs_cuda, precision, reference, rel_l2
 
 pytestmark = needs_cuda
 
@@ -21,20 +21,6 @@ SHAPES = [
     (2, 64, 15, 11, 3),
     (2, 128, 64, 64, 2),
 ]
-
-
-class precision:
-    """torch.set_float32_matmul_precision for the duration of a block."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def __enter__(self):
-        self.saved = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision(self.value)
-
-    def __exit__(self, *exc):
-        torch.set_float32_matmul_precision(self.saved)
 
 
 def _poison_allocator(numel, dtype):

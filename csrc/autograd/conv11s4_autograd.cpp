@@ -139,6 +139,9 @@ at::Tensor conv11s4_autograd(
     const at::Tensor& weight,
     const std::optional<at::Tensor>& bias,
     int64_t padding) {
+  // Checked before Function::apply, which cannot take an undefined tensor
+  // (None through torch.ops): it gets the op's message, as every backend's.
+  check_conv11s4(input, weight, bias, padding);
   return Conv11s4Function::apply(input, weight, bias, padding);
 }
 
@@ -147,6 +150,7 @@ at::Tensor conv11s4_backward_input_autograd(
     const at::Tensor& weight,
     c10::SymIntArrayRef input_size,
     int64_t padding) {
+  check_conv11s4_backward_input(grad_output, weight, input_size, padding);
   return BackwardInputFunction::apply(
       grad_output, weight, input_size, padding);
 }
@@ -156,6 +160,7 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_autograd(
     const at::Tensor& input,
     int64_t padding,
     bool bias_grad) {
+  check_conv11s4_backward_weight(grad_output, input, padding);
   const auto out =
       BackwardWeightFunction::apply(grad_output, input, padding, bias_grad);
   return {out[0], out[1]};

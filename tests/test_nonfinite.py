@@ -1,0 +1,106 @@
+"""Inf and NaN: outputs and gradients are +Inf, -Inf and NaN exactly where float64
+F.conv2d's are, and their finite values match it, on every device, dtype and
+CUDA precision mode (the CUDA forms need a GPU and skip without one)."""
+
+import pytest
+import torch
+
+import alexop
+from conftest import REL_L2, grads_reference, make_inputs, needs_cuda, precision, reference, rel_l2
+
+INF, NAN = float("inf"), float("nan")
+
+# dtype, torch.set_float32_matmul_precision, relative L2 bound on the finite values.
+MODES = [
+    pytest.param(torch.float64, "highest", REL_L2[torch.float64], id="fp64"),
+    pytest.param(torch.float32, "highest", REL_L2[torch.float32], id="fp32"),
+    pytest.param(torch.float32, "high", 1e-3, id="fp32-high"),
+    pytest.param(torch.float32, "medium", 1e-3, id="fp32-medium"),
+    pytest.param(torch.bfloat16, "highest", REL_L2[torch.bfloat16], id="bf16"),
+    pytest.param(torch.float16, "highest", REL_L2[torch.float16], id="fp16"),
+]
+
+# (N, C_in, C_out, H, W, padding): a small shape, and AlexNet's conv1 at batch
+# 8, where the CUDA tensor-core kernels run (small shapes may take others).
+SMALL = (2, 3, 8, 64, 64, 2)
+ALEXNET = (8, 3, 96, 224, 224, 2)
+CASES = [
+    pytest.param("cpu", SMALL, id="cpu"),
+    pytest.param("cuda", SMALL, id="cuda", marks=needs_cuda),
+    pytest.param("cuda", ALEXNET, id="cuda-alexnet", marks=needs_cuda),
+]
+
+
+def _poison(t):
+    """t with +Inf, -Inf and NaN in a few places: a +Inf and a -Inf close enough
+    that some windows hold both (NaN there), values at opposite corners (windows
+    reaching into the padding), one in the last image."""
+    n, c, h, w = t.shape
+    t = t.clone()
+    t[0, 0, h // 3, w // 3] = INF
+    t[0, c - 1, h // 3 + 3, w // 3 + 6] = -INF
+    t[n - 1, c // 2, h // 2, 3 * w // 4] = NAN
+    t[n - 1, 0, h - 1, 0] = INF
+    t[0, c - 1, 0, w - 1] = -INF
+    return t
+
+
+def _inputs(device, shape, dtype, channels_last):
+    n, c_in, c_out, h, w, p = shape
+    x, wt, b = make_inputs(n, c_in, c_out, h, w, dtype=dtype, device=device)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    g = torch.Generator().manual_seed(1)
+    grad = torch.randn(n, c_out, (h + 2 * p - 11) // 4 + 1, (w + 2 * p - 11) // 4 + 1, generator=g)
+    return x, wt, b, grad.to(device=device, dtype=dtype), p
+
+
+def assert_nonfinite_match(out, ref, bound, name):
+    """out has +Inf, -Inf and NaN exactly where ref (float64) has them; elsewhere within bound."""
+    out = out.detach().double().cpu()
+    assert out.shape == ref.shape, name
+    for kind, where in (("+Inf", lambda t: t == INF), ("-Inf", lambda t: t == -INF), ("NaN", torch.isnan)):
+        got, want = where(out), where(ref)
+        if not torch.equal(got, want):
+            differ = (got != want).nonzero()[:4].tolist()
+            pytest.fail(
+                f"{name}: {kind} at {int(got.sum())} elements, float64 F.conv2d at {int(want.sum())}; "
+                f"they differ at {differ}, where alexop gives {[out[tuple(i)].item() for i in differ]} "
+                f"and F.conv2d {[ref[tuple(i)].item() for i in differ]}"
+            )
+    finite = torch.isfinite(ref)
+    assert rel_l2(out[finite], ref[finite]) <= bound, name
+
+
+@pytest.mark.parametrize("device,shape", CASES)
+@pytest.mark.parametrize("dtype,mode,bound", MODES)
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_forward_nonfinite_where_conv2d_is(device, shape, dtype, mode, bound, channels_last):
+    x, wt, b, _, p = _inputs(device, shape, dtype, channels_last)
+    x = _poison(x)
+    ref = reference(x, wt, b, p)
+    assert (ref == INF).any() and (ref == -INF).any() and ref.isnan().any() and ref.isfinite().any()
+    with precision(mode):
+        out = alexop.conv11s4(x, wt, b, p)
+    assert_nonfinite_match(out, ref, bound, "output")
+
+
+# Non-finite images reach the weight and bias gradients; a non-finite
+# grad_output reaches all three gradients.
+@pytest.mark.parametrize("device,shape", CASES)
+@pytest.mark.parametrize("dtype,mode,bound", MODES)
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("poisoned", ["input", "grad_output"])
+def test_gradients_nonfinite_where_conv2d_is(device, shape, dtype, mode, bound, channels_last, poisoned):
+    x, wt, b, grad, p = _inputs(device, shape, dtype, channels_last)
+    if poisoned == "input":
+        x = _poison(x)
+    else:
+        grad = _poison(grad)
+    want = grads_reference(x, wt, b, grad, p)
+    leaves = [t.detach().requires_grad_() for t in (x, wt, b)]
+    with precision(mode):
+        got = torch.autograd.grad(alexop.conv11s4(*leaves, p), leaves, grad)
+    assert not want[1].isfinite().all()
+    for name, g, r in zip(("input", "weight", "bias"), got, want):
+        assert_nonfinite_match(g, r, bound, f"{name} gradient")
