@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch._dynamo.testing
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
 
 import alexop
 from conftest import DEVICES, REL_L2, make_inputs, reference, rel_l2
@@ -24,7 +25,7 @@ class _Capture:
     def _record(self, into):
         def compiler(gm, example_inputs):
             into.append({n.target for n in gm.graph.nodes if n.op == "call_function"} & ALEXOP_OPS)
-            return gm.forward
+            return make_boxed_func(gm.forward)
 
         return compiler
 
