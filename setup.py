@@ -115,7 +115,8 @@ class Build(BuildExtension):
 
 
 def extension():
-    sources = sorted(glob.glob("csrc/**/*.cpp", recursive=True))
+    # csrc/cuda/ holds host code too (.cpp), for the CUDA build only
+    sources = sorted(p for p in glob.glob("csrc/**/*.cpp", recursive=True) if not p.startswith("csrc/cuda/"))
     cxx = ["-O3"]
     if os.environ.get("DEBUG", "0") == "1":
         cxx = ["-O0", "-g"]
@@ -124,7 +125,7 @@ def extension():
             "alexop._C", sources, extra_compile_args={"cxx": cxx}, py_limited_api=True
         )
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
-    cu_sources = sorted(glob.glob("csrc/**/*.cu", recursive=True))
+    cu_sources = sorted(glob.glob("csrc/cuda/**/*.cpp", recursive=True) + glob.glob("csrc/**/*.cu", recursive=True))
     nvcc = ["-O3", "--expt-relaxed-constexpr", "-lineinfo"]
     return CUDAExtension(
         "alexop._C",

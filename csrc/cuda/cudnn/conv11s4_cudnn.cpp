@@ -1,0 +1,99 @@
+#include "conv11s4_cudnn.h"
+
+#include "../../conv11s4.h"
+
+#include <ATen/Context.h>
+#include <ATen/ops/_convolution.h>
+#include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/empty.h>
+
+namespace alexop::cuda {
+namespace {
+
+constexpr int64_t kStrides[] = {kStride, kStride};
+constexpr int64_t kDilation[] = {1, 1};
+
+// ATen's convolution_backward has no TF32 argument: it reads cuDNN's
+// permission from the global context. This sets it for one call and puts it
+// back, as torch.backends.cudnn.flags() does in Python.
+class CudnnTf32Scope {
+ public:
+  explicit CudnnTf32Scope(bool allow)
+      : saved_(at::globalContext().float32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV)),
+        changed_(allow != at::globalContext().allowTF32CuDNN(at::Float32Op::CONV)) {
+    if (changed_) set(allow ? at::Float32Precision::TF32 : at::Float32Precision::IEEE);
+  }
+  ~CudnnTf32Scope() {
+    if (changed_) set(saved_);
+  }
+  CudnnTf32Scope(const CudnnTf32Scope&) = delete;
+  CudnnTf32Scope& operator=(const CudnnTf32Scope&) = delete;
+
+ private:
+  static void set(at::Float32Precision p) {
+    at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV, p);
+  }
+  at::Float32Precision saved_;
+  bool changed_;
+};
+
+at::Context& context() { return at::globalContext(); }
+
+}  // namespace
+
+at::Tensor conv11s4_cudnn(
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const std::optional<at::Tensor>& bias,
+    int64_t padding,
+    bool allow_tf32) {
+  const int64_t pad[] = {padding, padding};
+  const int64_t no_output_padding[] = {0, 0};
+  return at::_convolution(
+             input, weight, bias, kStrides, pad, kDilation, /*transposed=*/false, no_output_padding,
+             /*groups=*/1, context().benchmarkCuDNN(), context().deterministicCuDNN(),
+             context().userEnabledCuDNN(), allow_tf32)
+      .contiguous();
+}
+
+at::Tensor conv11s4_backward_input_cudnn(
+    const at::Tensor& grad_output,
+    const at::Tensor& weight,
+    at::IntArrayRef input_size,
+    int64_t padding,
+    bool allow_tf32) {
+  // The input gradient is the transposed convolution of grad_output; the
+  // rows and columns the forward's windows never reached (at most 3) come
+  // back as output padding.
+  const int64_t pad[] = {padding, padding};
+  const int64_t output_padding[] = {
+      input_size[2] + 2 * padding - ((grad_output.size(2) - 1) * kStride + kKernelSize),
+      input_size[3] + 2 * padding - ((grad_output.size(3) - 1) * kStride + kKernelSize)};
+  return at::_convolution(
+             grad_output, weight, std::nullopt, kStrides, pad, kDilation, /*transposed=*/true,
+             output_padding, /*groups=*/1, context().benchmarkCuDNN(), context().deterministicCuDNN(),
+             context().userEnabledCuDNN(), allow_tf32)
+      .contiguous();
+}
+
+std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cudnn(
+    const at::Tensor& grad_output,
+    const at::Tensor& input,
+    int64_t out_channels,
+    int64_t padding,
+    bool bias_grad,
+    bool allow_tf32) {
+  // Only the weight's sizes and options are read by the weight gradient.
+  const auto weight = at::empty({out_channels, input.size(1), kKernelSize, kKernelSize}, input.options());
+  const int64_t pad[] = {padding, padding};
+  const int64_t no_output_padding[] = {0, 0};
+  const int64_t bias_sizes[] = {out_channels};
+  const CudnnTf32Scope tf32(allow_tf32);
+  auto [unused, grad_weight, grad_bias] = at::convolution_backward(
+      grad_output, input, weight,
+      bias_grad ? at::OptionalIntArrayRef(bias_sizes) : at::OptionalIntArrayRef(), kStrides, pad,
+      kDilation, /*transposed=*/false, no_output_padding, /*groups=*/1, {false, true, bias_grad});
+  return {grad_weight.contiguous(), bias_grad ? grad_bias : at::empty({0}, input.options())};
+}
+
+}  // namespace alexop::cuda
