@@ -70,10 +70,12 @@
 // dy words: an Inf/NaN in dy can reach dx elements whose window excludes it
 // (same caveat as the forward).
 
+#include "common/constants.h"
+#include "common/device.h"
+#include "common/launch.h"
+#include "common/ptx.cuh"
+#include "common/wgmma.cuh"
 #include "fast_kernels.h"
-#include "launch_utils.h"
-#include "ptx.cuh"
-#include "wgmma.cuh"
 
 // Light headers only (no ATen/ATen.h, no CUDAContext.h): most of this file's
 // compile time is the host front end parsing headers.
@@ -93,8 +95,6 @@
 namespace alexop::cuda {
 namespace {
 
-constexpr int kC = 3;
-constexpr int kR = 11;
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMT = 32 * kWarps;   // super-pixels per tile (at most)

@@ -26,10 +26,12 @@
 //    strides; serves 16-bit channels_last or odd W.
 // The input gradient is conv11s4_backward_input_tc.cu.
 
+#include "common/constants.h"
+#include "common/device.h"
+#include "common/launch.h"
+#include "common/ptx.cuh"
+#include "common/wgmma.cuh"
 #include "fast_kernels.h"
-#include "launch_utils.h"
-#include "ptx.cuh"
-#include "wgmma.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>

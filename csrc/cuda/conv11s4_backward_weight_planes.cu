@@ -59,10 +59,12 @@
 // read still enter the products: an Inf/NaN input can reach taps whose
 // windows exclude it.
 
+#include "common/constants.h"
+#include "common/device.h"
+#include "common/launch.h"
+#include "common/ptx.cuh"
+#include "common/wgmma.cuh"
 #include "fast_kernels.h"
-#include "launch_utils.h"
-#include "ptx.cuh"
-#include "wgmma.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -78,8 +80,6 @@
 namespace alexop::cuda {
 namespace {
 
-constexpr int kC = 3;
-constexpr int kR = 11;
 constexpr int kRegs = 3 * 72 + 4;       // accumulators a thread: 3 x m64n144 and the bias's m64n8
 constexpr int kQf = 57;                  // units per plane row
 constexpr int kRowB = kQf * 16;          // bytes per plane row

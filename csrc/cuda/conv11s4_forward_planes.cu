@@ -78,10 +78,12 @@
 // Like the gather kernels, zero-weighted k slots read real input values: an
 // Inf/NaN input can reach outputs whose window excludes it.
 
+#include "common/constants.h"
+#include "common/device.h"
+#include "common/launch.h"
+#include "common/ptx.cuh"
+#include "common/wgmma.cuh"
 #include "fast_kernels.h"
-#include "launch_utils.h"
-#include "ptx.cuh"
-#include "wgmma.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -96,8 +98,6 @@
 namespace alexop::cuda {
 namespace {
 
-constexpr int kC = 3;
-constexpr int kR = 11;
 constexpr int kQf = 57;                         // flat pixels per output row
 constexpr int kPitch = kQf * 16;                // bytes per plane row
 constexpr int kRows = 7;                        // plane rows a tile reads

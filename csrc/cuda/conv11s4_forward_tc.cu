@@ -64,10 +64,12 @@
 // the input as phase planes with no gather (conv11s4_forward_planes.cu; 16-bit
 // of even padding and width).
 
+#include "common/constants.h"
+#include "common/device.h"
+#include "common/launch.h"
+#include "common/ptx.cuh"
+#include "common/wgmma.cuh"
 #include "fast_kernels.h"
-#include "launch_utils.h"
-#include "ptx.cuh"
-#include "wgmma.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -76,16 +78,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
 namespace alexop::cuda {
 namespace {
 
-constexpr int kC = 3;        // only the RGB first layer is specialised
-constexpr int kR = 11;
-constexpr int kKred = kC * kR * kR;  // 363
 constexpr int kKpad = 368;           // multiple of 8 and of 16
 constexpr int kKtab = kKpad + 32;    // offset table incl. look-ahead slack
 // 8 pixel jobs of 32 px; kNSplit warps share a job, each taking 1/kNSplit of
@@ -816,17 +814,6 @@ __global__ void __launch_bounds__(NTHR) weight_exp_kernel(const float* __restric
   if (threadIdx.x == 0) *wexp = fp16_exp(m);
 }
 
-// A plain sm_90 (or sm_80-only) build compiles the wgmma kernels empty; the
-// host asks this marker, whose static shared memory exists only in an sm_90a
-// image, before choosing them (see gmma_available).
-__global__ void gmma_marker_kernel() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __shared__ volatile int present;
-  present = 1;
-#endif
-}
-
-
 constexpr int kStoreThreads = 128;  // store warps of the STAGED epilogue
 template <typename T, int MODE, int NT8, int NBUF, int CPS, bool STAGED = false>
 __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0), CPS)
@@ -1534,23 +1521,6 @@ bool dispatch(bool gmma, const at::Tensor& input, const at::Tensor& weight, cons
 }
 
 }  // namespace
-
-bool gmma_available(int device) {
-  // per device: 0 unknown, 1 no wgmma code for it, 2 wgmma code present
-  static std::atomic<int> state[64];
-  if (device < 0 || device >= 64 || at::cuda::getDeviceProperties(device)->major != 9) return false;
-  int s = state[device].load(std::memory_order_relaxed);
-  if (s == 0) {
-    cudaFuncAttributes a{};
-    if (cudaFuncGetAttributes(&a, gmma_marker_kernel) != cudaSuccess) {
-      (void)cudaGetLastError();
-      a.sharedSizeBytes = 0;
-    }
-    s = a.sharedSizeBytes > 0 ? 2 : 1;
-    state[device].store(s, std::memory_order_relaxed);
-  }
-  return s == 2;
-}
 
 bool conv11s4_forward_fast(const at::Tensor& input, const at::Tensor& weight,
                            const std::optional<at::Tensor>& bias, int64_t padding, Fp32Math math,
