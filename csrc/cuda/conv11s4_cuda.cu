@@ -1,10 +1,13 @@
-// CUDA kernels: argument checks, output allocation, and general kernels that
-// are correct for every shape and dtype the operator accepts. The
-// tensor-core kernels (fast_kernels.h) take the shapes they are built for;
-// these serve the rest.
+// The CUDA dispatch key: argument checks, output allocation and the launch
+// of the kernels. The forward's kernel is chosen by forward/select.cu; the
+// backward tensor-core kernels (fast_kernels.h) take the shapes they are
+// built for, and the reference kernels (reference/) serve the rest.
 
 #include "../conv11s4.h"
+#include "common/device.h"
 #include "fast_kernels.h"
+#include "forward/launch.h"
+#include "reference/reference.h"
 
 #include <ATen/Context.h>
 #include <ATen/Dispatch.h>
@@ -60,9 +63,22 @@ at::Tensor dense_input(const at::Tensor& input) {
       : input.contiguous();
 }
 
-struct Shape {
-  int64_t N, C, H, W, K, P, Q, pad;
-};
+cuda::forward::Problem forward_problem(const at::Tensor& x, const at::Tensor& w, int64_t padding, int output_align) {
+  cuda::forward::Problem p;
+  p.dev = cuda::device(x.get_device());
+  p.dtype = x.scalar_type();
+  p.math = fp32_math();
+  p.N = x.size(0);
+  p.C = x.size(1);
+  p.H = x.size(2);
+  p.W = x.size(3);
+  p.K = w.size(0);
+  p.pad = padding;
+  p.nhwc = !x.is_contiguous();
+  p.input_align = cuda::alignment(x.const_data_ptr());
+  p.output_align = output_align;
+  return p;
+}
 
 // A channels_last 3-channel image of 16-bit values to NCHW, 8 pixels per
 // thread: three 16-byte loads of (pixel, channel) pairs, three 16-byte
@@ -108,130 +124,6 @@ at::Tensor nchw_input(const at::Tensor& input) {
   return out;
 }
 
-// One thread per output element; 64-bit indices throughout, since a large
-// batch passes 2^31 output elements.
-template <typename T>
-__global__ void forward_kernel(
-    const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-    T* __restrict__ y, Shape s) {
-  using acc_t = at::opmath_type<T>;
-  const int64_t total = s.N * s.K * s.P * s.Q;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t q = i % s.Q, p = i / s.Q % s.P, k = i / (s.Q * s.P) % s.K,
-                  n = i / (s.Q * s.P * s.K);
-    acc_t acc = b ? static_cast<acc_t>(b[k]) : acc_t(0);
-    const int64_t h0 = kStride * p - s.pad, w0 = kStride * q - s.pad;
-    for (int64_t c = 0; c < s.C; ++c) {
-      const T* plane = x + (n * s.C + c) * s.H * s.W;
-      const T* filt = w + (k * s.C + c) * kKernelSize * kKernelSize;
-      for (int r = 0; r < kKernelSize; ++r) {
-        const int64_t h = h0 + r;
-        if (h < 0 || h >= s.H) {
-          continue;
-        }
-        for (int t = 0; t < kKernelSize; ++t) {
-          const int64_t col = w0 + t;
-          if (col >= 0 && col < s.W) {
-            acc += static_cast<acc_t>(plane[h * s.W + col]) *
-                static_cast<acc_t>(filt[r * kKernelSize + t]);
-          }
-        }
-      }
-    }
-    y[i] = static_cast<T>(acc);
-  }
-}
-
-// The input gradient is a GEMM, cols = W^T (C*121 x K) . dy (K x P*Q) per
-// image, done by cuBLAS, followed by this fold: one thread per input
-// element sums the (at most 3 x 3) taps that read it, in a fixed order. For
-// tap r, output row p = (h + pad - r) / 4 exists when the division is exact.
-template <typename T>
-__global__ void fold_kernel(
-    const T* __restrict__ cols, T* __restrict__ gx, Shape s, int64_t images) {
-  using acc_t = at::opmath_type<T>;
-  const int64_t total = images * s.C * s.H * s.W;
-  const int64_t pq = s.P * s.Q;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t col = i % s.W, h = i / s.W % s.H, plane = i / (s.W * s.H);
-    const T* src = cols + plane * kKernelSize * kKernelSize * pq;
-    const int64_t hp = h + s.pad, wp = col + s.pad;
-    acc_t acc = 0;
-    for (int64_t r = hp % kStride; r < kKernelSize && r <= hp; r += kStride) {
-      const int64_t p = (hp - r) / kStride;
-      if (p >= s.P) {
-        continue;
-      }
-      for (int64_t t = wp % kStride; t < kKernelSize && t <= wp;
-           t += kStride) {
-        const int64_t q = (wp - t) / kStride;
-        if (q < s.Q) {
-          acc += static_cast<acc_t>(
-              src[(r * kKernelSize + t) * pq + p * s.Q + q]);
-        }
-      }
-    }
-    gx[i] = static_cast<T>(acc);
-  }
-}
-
-// Block-wide sum in a fixed order, so results are bitwise reproducible.
-template <typename acc_t>
-__device__ acc_t block_sum(acc_t v) {
-  __shared__ acc_t partial[kThreads / 32];
-  for (int offset = 16; offset > 0; offset /= 2) {
-    v += __shfl_down_sync(0xffffffffu, v, offset);
-  }
-  if (threadIdx.x % 32 == 0) {
-    partial[threadIdx.x / 32] = v;
-  }
-  __syncthreads();
-  acc_t total = 0;
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < kThreads / 32; ++i) {
-      total += partial[i];
-    }
-  }
-  return total;
-}
-
-// One block per weight element (and, after them, one per bias element when
-// gb is given), each reducing over every (n, p, q) in a fixed order.
-template <typename T>
-__global__ void __launch_bounds__(kThreads) backward_weight_kernel(
-    const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ gw,
-    T* __restrict__ gb, Shape s) {
-  using acc_t = at::opmath_type<T>;
-  const int64_t taps = kKernelSize * kKernelSize;
-  const int64_t weights = s.K * s.C * taps;
-  const int64_t e = blockIdx.x;
-  const int64_t pq = s.P * s.Q, total = s.N * pq;
-  acc_t acc = 0;
-  if (e < weights) {
-    const int64_t t = e % kKernelSize, r = e / kKernelSize % kKernelSize,
-                  c = e / taps % s.C, k = e / (taps * s.C);
-    for (int64_t j = threadIdx.x; j < total; j += kThreads) {
-      const int64_t n = j / pq, p = j % pq / s.Q, q = j % s.Q;
-      const int64_t h = kStride * p + r - s.pad, col = kStride * q + t - s.pad;
-      if (h >= 0 && h < s.H && col >= 0 && col < s.W) {
-        acc += static_cast<acc_t>(gy[(n * s.K + k) * pq + p * s.Q + q]) *
-            static_cast<acc_t>(x[((n * s.C + c) * s.H + h) * s.W + col]);
-      }
-    }
-  } else {
-    const int64_t k = e - weights;
-    for (int64_t j = threadIdx.x; j < total; j += kThreads) {
-      acc += static_cast<acc_t>(gy[(j / pq * s.K + k) * pq + j % pq]);
-    }
-  }
-  acc = block_sum(acc);
-  if (threadIdx.x == 0) {
-    (e < weights ? gw[e] : gb[e - weights]) = static_cast<T>(acc);
-  }
-}
-
 at::Tensor conv11s4_cuda(
     const at::Tensor& input,
     const at::Tensor& weight,
@@ -240,34 +132,16 @@ at::Tensor conv11s4_cuda(
   const auto size = check_conv11s4(input, weight, bias_opt, padding);
   check_dtype("alexop.conv11s4", input, kCudaTypes, "CUDA");
   const c10::cuda::CUDAGuard guard(input.device());
-  const Shape s{
-      size[0].expect_int(), input.size(1), input.size(2), input.size(3),
-      size[1].expect_int(), size[2].expect_int(), size[3].expect_int(),
-      padding};
-  auto output = at::empty({s.N, s.K, s.P, s.Q}, input.options());
-  if (output.numel() == 0) {
-    return output;
-  }
+  auto output = at::empty(
+      {size[0].expect_int(), size[1].expect_int(), size[2].expect_int(),
+       size[3].expect_int()},
+      input.options());
+  const auto x = dense_input(input);
   const auto w = weight.contiguous();
   const bool has_bias = bias_opt.has_value() && bias_opt->defined();
   const auto b = has_bias ? bias_opt->contiguous() : at::Tensor();
-  if (cuda::conv11s4_forward_fast(
-          dense_input(input), w,
-          has_bias ? std::optional<at::Tensor>(b) : std::nullopt, padding,
-          fp32_math(), output)) {
-    return output;
-  }
-  const auto x = input.contiguous();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, x.scalar_type(), "conv11s4_cuda", [&] {
-        forward_kernel<scalar_t>
-            <<<blocks_for(output.numel()), kThreads, 0,
-               at::cuda::getCurrentCUDAStream()>>>(
-                x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
-                has_bias ? b.const_data_ptr<scalar_t>() : nullptr,
-                output.mutable_data_ptr<scalar_t>(), s);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      });
+  const auto p = forward_problem(x, w, padding, cuda::alignment(output.const_data_ptr()));
+  cuda::forward::launch(cuda::forward::select(p), p, {x, w, has_bias ? &b : nullptr, output});
   return output;
 }
 
@@ -281,41 +155,14 @@ at::Tensor conv11s4_backward_input_cuda(
       "alexop.conv11s4_backward_input", grad_output, kCudaTypes, "CUDA");
   const c10::cuda::CUDAGuard guard(grad_output.device());
   const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
-  const Shape s{
-      input_size[0], input_size[1], input_size[2], input_size[3],
-      weight.size(0), grad_output.size(2), grad_output.size(3), padding};
   auto grad_input = at::empty(input_size, grad_output.options());
   if (grad_input.numel() == 0) {
     return grad_input;
   }
-  const auto gy_dense = grad_output.contiguous();
+  const auto gy = grad_output.contiguous();
   const auto w = weight.contiguous();
-  if (cuda::conv11s4_backward_input_fast(
-          gy_dense, w, padding, fp32_math(), grad_input)) {
-    return grad_input;
-  }
-  const auto gy = gy_dense.view({s.N, s.K, s.P * s.Q});
-  // cuBLAS follows torch's float32 matmul precision, like the other kernels.
-  const auto wt = w.view({s.K, s.C * kKernelSize * kKernelSize}).t();
-  const int64_t cols_per_image = s.C * kKernelSize * kKernelSize * s.P * s.Q;
-  // Images per GEMM: the unfolded gradient stays under 64 Mi elements.
-  const int64_t chunk =
-      std::clamp<int64_t>((int64_t{1} << 26) / cols_per_image, 1, s.N);
-  const int64_t image_size = s.C * s.H * s.W;
-  for (int64_t n0 = 0; n0 < s.N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, s.N - n0);
-    const auto cols = at::bmm(wt.expand({nb, -1, -1}), gy.narrow(0, n0, nb));
-    AT_DISPATCH_FLOATING_TYPES_AND2(
-        at::kHalf, at::kBFloat16, gy.scalar_type(),
-        "conv11s4_backward_input_cuda", [&] {
-          fold_kernel<scalar_t>
-              <<<blocks_for(nb * image_size), kThreads, 0,
-                 at::cuda::getCurrentCUDAStream()>>>(
-                  cols.const_data_ptr<scalar_t>(),
-                  grad_input.mutable_data_ptr<scalar_t>() + n0 * image_size,
-                  s, nb);
-          C10_CUDA_KERNEL_LAUNCH_CHECK();
-        });
+  if (!cuda::conv11s4_backward_input_fast(gy, w, padding, fp32_math(), grad_input)) {
+    cuda::reference::backward_input(gy, w, padding, grad_input);
   }
   return grad_input;
 }
@@ -330,37 +177,18 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
   check_dtype(
       "alexop.conv11s4_backward_weight", input, kCudaTypes, "CUDA");
   const c10::cuda::CUDAGuard guard(input.device());
-  const Shape s{
-      input.size(0), input.size(1), input.size(2), input.size(3),
-      wsize[0].expect_int(), grad_output.size(2), grad_output.size(3),
-      padding};
   auto grad_weight = at::empty(
-      {s.K, s.C, kKernelSize, kKernelSize}, input.options());
-  auto grad_bias = at::empty({bias_grad ? s.K : 0}, input.options());
+      {wsize[0].expect_int(), input.size(1), kKernelSize, kKernelSize}, input.options());
+  auto grad_bias = at::empty({bias_grad ? wsize[0].expect_int() : 0}, input.options());
   const auto gy = grad_output.contiguous();
   const auto x_fast = input.scalar_type() == at::kFloat
       ? dense_input(input)
       : nchw_input(input);
-  if (cuda::conv11s4_backward_weight_fast(
+  if (!cuda::conv11s4_backward_weight_fast(
           gy, x_fast, padding, fp32_math(), grad_weight,
           bias_grad ? std::optional<at::Tensor>(grad_bias) : std::nullopt)) {
-    return {grad_weight, grad_bias};
+    cuda::reference::backward_weight(gy, x_fast, padding, grad_weight, bias_grad ? &grad_bias : nullptr);
   }
-  const auto x = x_fast.contiguous();
-  // An empty batch still launches: its blocks write the zero gradients.
-  const int64_t blocks = grad_weight.numel() + grad_bias.numel();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, x.scalar_type(),
-      "conv11s4_backward_weight_cuda", [&] {
-        backward_weight_kernel<scalar_t>
-            <<<static_cast<unsigned int>(blocks), kThreads, 0,
-               at::cuda::getCurrentCUDAStream()>>>(
-                gy.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(),
-                grad_weight.mutable_data_ptr<scalar_t>(),
-                bias_grad ? grad_bias.mutable_data_ptr<scalar_t>() : nullptr,
-                s);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      });
   return {grad_weight, grad_bias};
 }
 

@@ -12,34 +12,9 @@
 
 namespace alexop::cuda {
 
-// Preconditions, established by the caller:
-//  - all tensors on the same (current) CUDA device, one floating dtype;
-//  - input (N, C, H, W) contiguous in either NCHW or channels_last format;
-//  - weight (K, C, 11, 11) contiguous, bias (K,) contiguous when given;
-//  - output (N, K, (H + 2p - 11) / 4 + 1, (W + 2p - 11) / 4 + 1), NCHW
-//    contiguous, allocated but not initialised.
-bool conv11s4_forward_fast(
-    const at::Tensor& input,
-    const at::Tensor& weight,
-    const std::optional<at::Tensor>& bias,
-    int64_t padding,
-    Fp32Math math,
-    const at::Tensor& output);
-
-// The forwards whose A operand the tensor cores read from shared memory
-// (conv11s4_forward_planes.cu): sm_90a, K <= 96, outputs 48 to 55 pixels
-// wide, a batch of one tile per SM or more, either layout, and float32
-// (computed in TF32: offer it TF32 problems only) or bf16 / fp16 of even
-// padding and width; preconditions as above, nhwc: the input is
-// channels_last. conv11s4_forward_fast offers them TF32 and 16-bit
-// problems first.
-bool conv11s4_forward_planes(
-    const at::Tensor& input,
-    const at::Tensor& weight,
-    const std::optional<at::Tensor>& bias,
-    int pad,
-    bool nhwc,
-    const at::Tensor& output);
+// Preconditions, established by the caller: all tensors on the same
+// (current) CUDA device, one floating dtype; input (N, C, H, W) contiguous in
+// either NCHW or channels_last format.
 
 // The 16-bit weight gradient on phase planes (conv11s4_backward_weight_planes.cu):
 // sm_90a, bf16 / fp16, input NCHW contiguous with even width and padding,

@@ -21,6 +21,18 @@ __global__ void gmma_marker_kernel() {
 
 }  // namespace
 
+Device device(int index) {
+  const auto* prop = at::cuda::getDeviceProperties(index);
+  Device d;
+  d.sm = prop->major * 10 + prop->minor;
+  d.sm90a = gmma_available(index);
+  d.num_sms = prop->multiProcessorCount;
+  d.smem_optin = (int64_t)prop->sharedMemPerBlockOptin;
+  d.smem_per_sm = (int64_t)prop->sharedMemPerMultiprocessor;
+  d.smem_reserved = (int64_t)prop->reservedSharedMemPerBlock;
+  return d;
+}
+
 bool gmma_available(int device) {
   // per device: 0 unknown, 1 no wgmma code for it, 2 wgmma code present
   static std::atomic<int> state[64];

@@ -5,6 +5,8 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -12,6 +14,14 @@
 #include <utility>
 
 namespace alexop::cuda {
+
+// Blocks of `threads` threads for a grid-stride loop over `total` elements:
+// enough to fill the GPU several times over, never more than the grid allows.
+inline unsigned int grid_stride_blocks(int64_t total, int threads) {
+  const int64_t per_sm = 2048 / threads * 4;
+  const int64_t cap = at::cuda::getCurrentDeviceProperties()->multiProcessorCount * per_sm;
+  return static_cast<unsigned int>(std::max<int64_t>(1, std::min((total + threads - 1) / threads, cap)));
+}
 
 // Lifts a kernel's dynamic shared memory cap to the current device's maximum,
 // once per kernel and device. The attribute is only a cap (each launch still
