@@ -1,14 +1,14 @@
-// The CUDA dispatch key: argument checks, output allocation, the problem
-// descriptions the kernel choices are made from, and the launch of the
-// chosen kernels (forward/ and weight_grad/ select.cu). The input gradient's
-// tensor-core kernels (fast_kernels.h) take the shapes they are built for,
-// and the reference kernels (reference/) serve the rest.
+// The CUDA dispatch key of the alexop operators: argument checks, output
+// allocation, the problem description each op's kernel choice is made from,
+// and the launch of the chosen kernel. Which kernel runs is decided by the
+// selectors alone (forward/, weight_grad/, input_grad/ select.cu; the
+// reference kernels in reference/ serve every problem no tensor-core kernel
+// takes).
 
 #include "../conv11s4.h"
 #include "common/device.h"
-#include "fast_kernels.h"
 #include "forward/launch.h"
-#include "reference/reference.h"
+#include "input_grad/launch.h"
 #include "weight_grad/launch.h"
 #include "weight_grad/nchw_input.h"
 
@@ -102,6 +102,24 @@ cuda::weight_grad::Problem weight_grad_problem(
   return p;
 }
 
+cuda::input_grad::Problem input_grad_problem(
+    at::IntArrayRef input_size, const at::Tensor& weight, int64_t padding,
+    at::ScalarType dtype) {
+  cuda::input_grad::Problem p;
+  p.dev = cuda::device(weight.get_device());
+  p.dtype = dtype;
+  p.math = fp32_math();
+  p.N = input_size[0];
+  p.C = input_size[1];
+  p.H = input_size[2];
+  p.W = input_size[3];
+  p.K = weight.size(0);
+  p.pad = padding;
+  p.P = (p.H + 2 * padding - kKernelSize) / kStride + 1;
+  p.Q = (p.W + 2 * padding - kKernelSize) / kStride + 1;
+  return p;
+}
+
 at::Tensor conv11s4_cuda(
     const at::Tensor& input,
     const at::Tensor& weight,
@@ -136,14 +154,12 @@ at::Tensor conv11s4_backward_input_cuda(
   const c10::cuda::CUDAGuard guard(grad_output.device());
   const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
   auto grad_input = at::empty(input_size, grad_output.options());
-  if (grad_input.numel() == 0) {
-    return grad_input;
-  }
   const auto gy = grad_output.contiguous();
   const auto w = weight.contiguous();
-  if (!cuda::conv11s4_backward_input_fast(gy, w, padding, fp32_math(), grad_input)) {
-    cuda::reference::backward_input(gy, w, padding, grad_input);
-  }
+  const auto p = input_grad_problem(
+      input_size, w, padding, grad_output.scalar_type());
+  cuda::input_grad::launch(
+      cuda::input_grad::select(p), p, {gy, w, grad_input});
   return grad_input;
 }
 
