@@ -3,7 +3,7 @@
 // and the launch of the chosen kernel. Which kernel runs is decided by the
 // selectors alone (forward/, weight_grad/, input_grad/ select.cu; the
 // reference kernels in reference/ serve every problem no tensor-core kernel
-// takes).
+// takes). _kernel_for asks the same selectors without launching anything.
 
 #include "../conv11s4.h"
 #include "common/device.h"
@@ -17,6 +17,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <string>
+#include <vector>
 
 namespace alexop {
 namespace {
@@ -58,6 +60,10 @@ struct Operand {
 Operand operand(const at::Tensor& t) {
   return {!t.is_contiguous(), cuda::alignment(t.const_data_ptr())};
 }
+
+// What the kernel query assumes of a tensor the operator allocates (the CUDA
+// caching allocator aligns blocks to 512 bytes): NCHW, 16-byte aligned.
+constexpr Operand kFresh{false, 16};
 
 cuda::forward::Problem forward_problem(
     const at::Tensor& input, const at::Tensor& weight, int64_t padding,
@@ -190,12 +196,39 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
   return {grad_weight, grad_bias};
 }
 
+// The kernels the three ops would run for (input, weight, padding), by name,
+// from the same selectors, launching nothing. grad_output is taken as the
+// autograd path makes it: contiguous NCHW of the output's shape and the
+// input's dtype, freshly allocated.
+std::vector<std::string> kernel_for_cuda(
+    const at::Tensor& input, const at::Tensor& weight, int64_t padding) {
+  check_conv11s4(input, weight, std::nullopt, padding);
+  check_dtype("alexop._kernel_for", input, kCudaTypes, "CUDA");
+  const c10::cuda::CUDAGuard guard(input.device());
+  const auto fwd = forward_problem(
+      input, weight, padding, dense(input) ? operand(input) : kFresh,
+      kFresh.align);
+  const auto prep = cuda::weight_grad::input_prep(input);
+  const bool as_is = prep == cuda::weight_grad::InputPrep::kAsIs;
+  const auto wgrad = weight_grad_problem(
+      input, weight.size(0), padding, as_is ? operand(input) : kFresh,
+      as_is ? input.stride(0) : input.size(1) * input.size(2) * input.size(3),
+      kFresh.align, prep == cuda::weight_grad::InputPrep::kTranspose);
+  const auto dgrad = input_grad_problem(
+      input.sizes(), weight, padding, input.scalar_type());
+  return {
+      cuda::forward::name(cuda::forward::select(fwd)),
+      cuda::weight_grad::name(cuda::weight_grad::select(wgrad)),
+      cuda::input_grad::name(cuda::input_grad::select(dgrad))};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(alexop, CUDA, m) {
   m.impl("conv11s4", &conv11s4_cuda);
   m.impl("conv11s4_backward_input", &conv11s4_backward_input_cuda);
   m.impl("conv11s4_backward_weight", &conv11s4_backward_weight_cuda);
+  m.impl("_kernel_for", &kernel_for_cuda);
 }
 
 }  // namespace alexop
