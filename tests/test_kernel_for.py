@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import alexop
-from conftest import CUDA, make_inputs, needs_cuda
+from conftest import make_inputs, needs_cuda
 
 KEYS = ("forward", "weight_grad", "input_grad")
 
@@ -39,36 +39,46 @@ def test_exported():
 # AlexNet's first layer: batch 256, 3 -> 96 channels, 224 x 224, padding 2.
 ALEXNET = (256, 3, 96, 224, 224, 2)
 
-# (dtype, float32 matmul precision) -> (forward, weight_grad, input_grad)
-SM90A = {
-    (torch.bfloat16, "highest"): ("fwd_planes_bf16_c96", "wgrad_planes_bf16_c96", "dgrad_gmma_bf16"),
-    (torch.float16, "highest"): ("fwd_planes_fp16_c96", "wgrad_planes_fp16_c96", "dgrad_gmma_fp16"),
-    (torch.float32, "highest"): ("fwd_gmma_3xfp16_c96", "wgrad_gmma_3xfp16_c96_vec", "dgrad_gmma_3xfp16"),
-    (torch.float32, "high"): ("fwd_gmma_3xfp16_c96", "wgrad_gmma_tf32_c96_vec", "dgrad_mma_tf32"),
-    (torch.float32, "medium"): ("fwd_planes_tf32_c96", "wgrad_gmma_tf32_c96_vec", "dgrad_mma_tf32"),
-}
-# A100 (108 SMs, 163 KB of shared memory a block): the fp32 weights of 96
-# channels leave no room for a patch (the fp32-accurate forwards split them
-# into groups of 48; TF32 has no split and takes the reference kernel), and
-# the fp32 input gradient's weights and stage buffers do not fit either.
-SM80 = {
-    (torch.bfloat16, "highest"): ("fwd_mma_bf16_pairs_c96", "wgrad_mma_bf16_pairs_c96", "dgrad_mma_bf16"),
-    (torch.float16, "highest"): ("fwd_mma_fp16_pairs_c96", "wgrad_mma_fp16_pairs_c96", "dgrad_mma_fp16"),
-    (torch.float32, "highest"): ("fwd_mma_3xtf32_split_g48", "wgrad_mma_3xtf32_c96", "dgrad_cublas_fold"),
-    (torch.float32, "high"): ("fwd_mma_bf16x3_split_g48", "wgrad_mma_tf32_c96", "dgrad_cublas_fold"),
-    (torch.float32, "medium"): ("fwd_generic", "wgrad_mma_tf32_c96", "dgrad_cublas_fold"),
+# (dtype, float32 matmul precision) -> names of (forward, weight_grad,
+# input_grad) on sm_90a (H100 / H200), then on A100 (108 SMs, 163 KB of
+# shared memory a block: the fp32 weights of 96 channels leave no room for a
+# patch, so the fp32-accurate forwards split them into groups of 48 and TF32,
+# which has no split, takes the reference kernel; the fp32 input gradient's
+# weights and stage buffers do not fit either).
+EXPECTED = {
+    (torch.bfloat16, "highest"): (
+        ("fwd_planes_bf16_c96", "wgrad_planes_bf16_c96", "dgrad_gmma_bf16"),
+        ("fwd_mma_bf16_pairs_c96", "wgrad_mma_bf16_pairs_c96", "dgrad_mma_bf16"),
+    ),
+    (torch.float16, "highest"): (
+        ("fwd_planes_fp16_c96", "wgrad_planes_fp16_c96", "dgrad_gmma_fp16"),
+        ("fwd_mma_fp16_pairs_c96", "wgrad_mma_fp16_pairs_c96", "dgrad_mma_fp16"),
+    ),
+    (torch.float32, "highest"): (
+        ("fwd_gmma_3xfp16_c96", "wgrad_gmma_3xfp16_c96_vec", "dgrad_gmma_3xfp16"),
+        ("fwd_mma_3xtf32_split_g48", "wgrad_mma_3xtf32_c96", "dgrad_cublas_fold"),
+    ),
+    (torch.float32, "high"): (
+        ("fwd_gmma_3xfp16_c96", "wgrad_gmma_tf32_c96_vec", "dgrad_mma_tf32"),
+        ("fwd_mma_bf16x3_split_g48", "wgrad_mma_tf32_c96", "dgrad_cublas_fold"),
+    ),
+    (torch.float32, "medium"): (
+        ("fwd_planes_tf32_c96", "wgrad_gmma_tf32_c96_vec", "dgrad_mma_tf32"),
+        ("fwd_generic", "wgrad_mma_tf32_c96", "dgrad_cublas_fold"),
+    ),
 }
 
 
-def _expected_table():
-    if not CUDA:
-        return None
+@pytest.fixture
+def gpu():
+    """Which column of EXPECTED this GPU takes: 0 for sm_90 (the default build
+    carries sm_90a code), 1 for A100; other GPUs skip."""
     major, minor = torch.cuda.get_device_capability()
     if major == 9:
-        return SM90A  # the default build carries sm_90a code
+        return 0
     if (major, minor) == (8, 0):
-        return SM80
-    return None
+        return 1
+    pytest.skip("expectations are written for sm_90 (H100 / H200) and sm_80 (A100)")
 
 
 def _names(n, c, k, h, w, p, dtype, precision, channels_last=False):
@@ -85,18 +95,15 @@ def _names(n, c, k, h, w, p, dtype, precision, channels_last=False):
 
 
 @needs_cuda
-@pytest.mark.parametrize("case", list(SM90A), ids=lambda c: f"{str(c[0])[6:]}-{c[1]}")
-def test_alexnet_selection(case):
-    table = _expected_table()
-    if table is None:
-        pytest.skip("expectations are written for sm_90 (H100 / H200) and sm_80 (A100)")
+@pytest.mark.parametrize("case", list(EXPECTED), ids=lambda c: f"{str(c[0])[6:]}-{c[1]}")
+def test_alexnet_selection(case, gpu):
     dtype, precision = case
-    assert _names(*ALEXNET, dtype, precision) == dict(zip(KEYS, table[case]))
+    assert _names(*ALEXNET, dtype, precision) == dict(zip(KEYS, EXPECTED[case][gpu]))
 
 
 @needs_cuda
-def test_hopper_channels_last_and_small_batch():
-    if _expected_table() is not SM90A:
+def test_hopper_channels_last_and_small_batch(gpu):
+    if gpu != 0:
         pytest.skip("sm_90 expectations")
     # 16-bit channels_last: the weight gradient transposes the input first
     assert _names(*ALEXNET, torch.bfloat16, "highest", channels_last=True) == {

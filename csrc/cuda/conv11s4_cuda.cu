@@ -65,19 +65,31 @@ Operand operand(const at::Tensor& t) {
 // caching allocator aligns blocks to 512 bytes): NCHW, 16-byte aligned.
 constexpr Operand kFresh{false, 16};
 
+// What every op's problem starts from; like: a tensor of the op's device and
+// dtype, input_size: (N, C, H, W).
+cuda::ProblemBase problem_base(
+    const at::Tensor& like, at::IntArrayRef input_size, int64_t K,
+    int64_t padding) {
+  cuda::ProblemBase p;
+  p.dev = cuda::device(like.get_device());
+  p.dtype = like.scalar_type();
+  p.math = fp32_math();
+  p.N = input_size[0];
+  p.C = input_size[1];
+  p.H = input_size[2];
+  p.W = input_size[3];
+  p.K = K;
+  p.P = (p.H + 2 * padding - kKernelSize) / kStride + 1;
+  p.Q = (p.W + 2 * padding - kKernelSize) / kStride + 1;
+  p.pad = padding;
+  return p;
+}
+
 cuda::forward::Problem forward_problem(
     const at::Tensor& input, const at::Tensor& weight, int64_t padding,
     Operand x, int output_align) {
-  cuda::forward::Problem p;
-  p.dev = cuda::device(input.get_device());
-  p.dtype = input.scalar_type();
-  p.math = fp32_math();
-  p.N = input.size(0);
-  p.C = input.size(1);
-  p.H = input.size(2);
-  p.W = input.size(3);
-  p.K = weight.size(0);
-  p.pad = padding;
+  cuda::forward::Problem p{
+      problem_base(input, input.sizes(), weight.size(0), padding)};
   p.nhwc = x.nhwc;
   p.input_align = x.align;
   p.output_align = output_align;
@@ -88,41 +100,13 @@ cuda::forward::Problem forward_problem(
 cuda::weight_grad::Problem weight_grad_problem(
     const at::Tensor& input, int64_t K, int64_t padding, Operand x,
     int64_t x_stride0, int grad_output_align, bool transposed) {
-  cuda::weight_grad::Problem p;
-  p.dev = cuda::device(input.get_device());
-  p.dtype = input.scalar_type();
-  p.math = fp32_math();
-  p.N = input.size(0);
-  p.C = input.size(1);
-  p.H = input.size(2);
-  p.W = input.size(3);
-  p.K = K;
-  p.pad = padding;
-  p.P = (p.H + 2 * padding - kKernelSize) / kStride + 1;
-  p.Q = (p.W + 2 * padding - kKernelSize) / kStride + 1;
+  cuda::weight_grad::Problem p{
+      problem_base(input, input.sizes(), K, padding)};
   p.nhwc = x.nhwc;
   p.input_stride0 = x_stride0;
   p.input_align = x.align;
   p.grad_output_align = grad_output_align;
   p.transposed = transposed;
-  return p;
-}
-
-cuda::input_grad::Problem input_grad_problem(
-    at::IntArrayRef input_size, const at::Tensor& weight, int64_t padding,
-    at::ScalarType dtype) {
-  cuda::input_grad::Problem p;
-  p.dev = cuda::device(weight.get_device());
-  p.dtype = dtype;
-  p.math = fp32_math();
-  p.N = input_size[0];
-  p.C = input_size[1];
-  p.H = input_size[2];
-  p.W = input_size[3];
-  p.K = weight.size(0);
-  p.pad = padding;
-  p.P = (p.H + 2 * padding - kKernelSize) / kStride + 1;
-  p.Q = (p.W + 2 * padding - kKernelSize) / kStride + 1;
   return p;
 }
 
@@ -162,8 +146,8 @@ at::Tensor conv11s4_backward_input_cuda(
   auto grad_input = at::empty(input_size, grad_output.options());
   const auto gy = grad_output.contiguous();
   const auto w = weight.contiguous();
-  const auto p = input_grad_problem(
-      input_size, w, padding, grad_output.scalar_type());
+  const cuda::input_grad::Problem p{
+      problem_base(grad_output, input_size, w.size(0), padding)};
   cuda::input_grad::launch(
       cuda::input_grad::select(p), p, {gy, w, grad_input});
   return grad_input;
@@ -214,8 +198,8 @@ std::vector<std::string> kernel_for_cuda(
       input, weight.size(0), padding, as_is ? operand(input) : kFresh,
       as_is ? input.stride(0) : input.size(1) * input.size(2) * input.size(3),
       kFresh.align, prep == cuda::weight_grad::InputPrep::kTranspose);
-  const auto dgrad = input_grad_problem(
-      input.sizes(), weight, padding, input.scalar_type());
+  const cuda::input_grad::Problem dgrad{
+      problem_base(input, input.sizes(), weight.size(0), padding)};
   return {
       cuda::forward::name(cuda::forward::select(fwd)),
       cuda::weight_grad::name(cuda::weight_grad::select(wgrad)),

@@ -2,6 +2,11 @@
 // Host-side launch helpers shared by the tensor-core kernels.
 
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 
@@ -11,9 +16,24 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace alexop::cuda {
+
+// Whether the kernels' element type T (float, __nv_bfloat16 or at::BFloat16,
+// __half or at::Half) is scalar type t: the launch switches' dtype test.
+template <typename T>
+bool is_dtype(c10::ScalarType t) {
+  if constexpr (std::is_same_v<T, float>) {
+    return t == c10::ScalarType::Float;
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, c10::BFloat16>) {
+    return t == c10::ScalarType::BFloat16;
+  } else {
+    static_assert(std::is_same_v<T, __half> || std::is_same_v<T, c10::Half>, "float, bf16 or fp16");
+    return t == c10::ScalarType::Half;
+  }
+}
 
 // Blocks of `threads` threads for a grid-stride loop over `total` elements:
 // enough to fill the GPU several times over, never more than the grid allows.

@@ -28,13 +28,7 @@ inline Params make_params(const Problem& pr, const TilePlan& t, const Args& a, c
   p.bias = a.bias != nullptr ? a.bias->data_ptr() : nullptr;
   p.y = a.output.data_ptr();
   p.N = (int)pr.N;
-  p.H = (int)pr.H;
-  p.W = (int)pr.W;
-  p.K = (int)pr.K;
-  p.P = (int)pr.P();
-  p.Q = (int)pr.Q();
-  p.pad = (int)pr.pad;
-  p.PQ = p.P * p.Q;
+  set_sizes(p, pr);
   p.tiles_per_img = t.tiles_per_img;
   p.total_tiles = t.total_tiles;
   p.MT = t.MT;

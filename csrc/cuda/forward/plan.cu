@@ -10,14 +10,11 @@
 
 namespace alexop::cuda::forward {
 
-int64_t Problem::P() const { return (H + 2 * pad - kR) / 4 + 1; }
-int64_t Problem::Q() const { return (W + 2 * pad - kR) / 4 + 1; }
-
 TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
   using namespace gather;
   TilePlan g;
   const int N = (int)pr.N, W = (int)pr.W, K = (int)pr.K, pad = (int)pr.pad;
-  const int P = (int)pr.P(), Q = (int)pr.Q();
+  const int P = (int)pr.P, Q = (int)pr.Q;
   g.groups = (K + c.nt8 * 8 - 1) / (c.nt8 * 8);
   const int align = 16 / c.elem_bytes;
   g.PADL = (pad + align - 1) / align * align;
@@ -69,7 +66,7 @@ TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
 TilePlan plan_s2d(const Problem& pr, int nt8) {
   using namespace gather;
   TilePlan s;
-  const int P = (int)pr.P(), Q = (int)pr.Q();
+  const int P = (int)pr.P, Q = (int)pr.Q;
   s.PW = Q + 2;  // blocks per patch row: outputs q read blocks q .. q + 2
   const int WB = wfrag_bytes_of(k16S2d, nt8, true);
   s.MT = 256;
@@ -97,7 +94,7 @@ bool planes_fit(const Problem& pr, int nt8) {
   const int64_t smem = f32 ? (nt8 == 8 ? Smem<float, 8>::kBytes : Smem<float, 12>::kBytes)
                            : (nt8 == 8 ? Smem<__half, 8>::kBytes : Smem<__half, 12>::kBytes);
   if (smem > pr.dev.smem_optin) return false;
-  const int tiles_per_img = ((int)pr.P() * kQf + kMT - 1) / kMT;
+  const int tiles_per_img = ((int)pr.P * kQf + kMT - 1) / kMT;
   const int64_t total = pr.N * (int64_t)tiles_per_img;
   if (total > INT32_MAX || total < pr.dev.num_sms) return false;
   // the copies' 32-bit byte offsets within an image

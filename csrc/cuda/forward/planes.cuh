@@ -650,13 +650,7 @@ void launch(const Problem& pr, const Args& a) {
   constexpr int NT = NT8 * 8;
   TORCH_INTERNAL_ASSERT(planes_fit(pr, NT8), "forward planes: chosen for a problem it does not fit");
   Params<T> p{};
-  p.H = (int)pr.H;
-  p.W = (int)pr.W;
-  p.K = (int)pr.K;
-  p.P = (int)pr.P();
-  p.Q = (int)pr.Q();
-  p.PQ = p.P * p.Q;
-  p.pad = (int)pr.pad;
+  set_sizes(p, pr);
   const int hw = p.H * p.W;
   p.sN = (int64_t)kC * hw;
   p.sC = pr.nhwc ? 1 : hw;

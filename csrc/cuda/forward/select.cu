@@ -42,20 +42,20 @@ using c10::ScalarType;
 // The tensor-core kernels' limits: 3 channels, at most 128 filters, padding
 // and image sizes their 32-bit tile arithmetic holds, sm_80+, fp32 / 16-bit.
 bool tc_shape(const Problem& p) {
-  const int64_t P = p.P(), Q = p.Q();
+  const int64_t P = p.P, Q = p.Q;
   return p.C == kC && p.N >= 1 && p.K >= 1 && p.K <= 128 && p.pad >= 0 && p.pad <= 64 && p.H <= 16384 &&
          p.W <= 16384 && P * Q <= INT32_MAX / 4 && p.dev.sm >= 80 &&
          (p.dtype == ScalarType::Float || p.dtype == ScalarType::BFloat16 || p.dtype == ScalarType::Half);
 }
 
 // 256-pixel tiles of the batch: the heuristics' measure of the work.
-int64_t tiles256(const Problem& p) { return p.N * ((p.P() * p.Q() + 255) / 256); }
+int64_t tiles256(const Problem& p) { return p.N * ((p.P * p.Q + 255) / 256); }
 
 // 3xFP16 is taken where the batch gives one 256-pixel tile per 4 SMs or more.
 bool h3_fills(const Problem& p) { return p.dev.sm90a && p.K <= 96 && tiles256(p) * 4 >= p.dev.num_sms; }
 
 // The phase-plane kernels serve outputs 48 to 55 wide (AlexNet's) and K <= 96.
-bool planes_shape(const Problem& p) { return p.K <= 96 && p.Q() >= 48 && p.Q() <= 55; }
+bool planes_shape(const Problem& p) { return p.K <= 96 && p.Q >= 48 && p.Q <= 55; }
 
 // Their 16-bit copies move aligned 4-byte words, each within one column pair.
 bool planes16_aligned(const Problem& p) { return p.pad % 2 == 0 && p.W % 2 == 0 && p.input_align >= 4; }

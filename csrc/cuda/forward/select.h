@@ -2,12 +2,8 @@
 // The forward's kernel choice: a pure function from a problem description to
 // a named kernel, and the only place a forward kernel is chosen (select.cu).
 
-#include "../common/device.h"
-#include "../common/precision.h"
+#include "../common/problem.h"
 
-#include <c10/core/ScalarType.h>
-
-#include <cstdint>
 #include <string>
 
 namespace alexop::cuda::forward {
@@ -15,16 +11,10 @@ namespace alexop::cuda::forward {
 // A forward problem as the kernels see it: input (N, C, H, W) dense in NCHW
 // or channels_last, weight (K, C, 11, 11) contiguous, the output (N, K, P,
 // Q) NCHW, freshly allocated.
-struct Problem {
-  Device dev;
-  c10::ScalarType dtype = c10::ScalarType::Float;
-  Fp32Math math = Fp32Math::kAccurate;  // float32 only
-  int64_t N = 0, C = 0, H = 0, W = 0, K = 0, pad = 0;
+struct Problem : ProblemBase {
   bool nhwc = false;     // channels_last input
   int input_align = 1;   // alignment of the input's address (common/device.h)
   int output_align = 1;  // and of the output's
-  int64_t P() const;
-  int64_t Q() const;
 };
 
 // Kernel families; the math and channel tiling are the Choice's parameters.

@@ -8,15 +8,8 @@
 // step (tap); and one producer warpgroup that only moves dy into the stage
 // buffers (see the loaders).
 
-#include "../common/launch.h"
 #include "../common/wgmma.cuh"
 #include "plan.h"
-
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-
-#include <algorithm>
 
 namespace alexop::cuda::input_grad::phase {
 
@@ -262,18 +255,8 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_dgrad_gmma_kernel(const
 
 template <typename T>
 void launch_gmma(const Problem& pr, const Args& a) {
-  Params p;
-  TORCH_INTERNAL_ASSERT(make_params(pr, stage_channels<k16>(), p), "input gradient: chosen where no tiling fits");
-  const size_t wbytes = gmma_wbytes(p.nstage), smem = gather_smem(p);
-  const at::Tensor wbuf = bind(a, wbytes, p);
-  auto stream = c10::cuda::getCurrentCUDAStream();
-  const int prep_threads = (int)(wbytes / 16), prep_blocks = (prep_threads + 255) / 256;
-  dgrad_prep_weights_gmma_kernel<T, k16><<<prep_blocks, 256, 0, stream>>>(
-      static_cast<const T*>(a.weight.data_ptr()), p.K, p.nstage, static_cast<uint4*>(wbuf.data_ptr()));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  allow_max_dynamic_smem(conv11s4_dgrad_gmma_kernel<T, k16>);
-  conv11s4_dgrad_gmma_kernel<T, k16><<<std::min(p.total_tiles, pr.dev.num_sms), kGThreads, smem, stream>>>(p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_gather<T>(pr, a, stage_channels<k16>(), dgrad_prep_weights_gmma_kernel<T, k16>,
+                   conv11s4_dgrad_gmma_kernel<T, k16>, kGThreads);
 }
 
 template void launch_gmma<__nv_bfloat16>(const Problem&, const Args&);

@@ -17,10 +17,8 @@ struct Args {
 void launch(const Choice& c, const Problem& p, const Args& a);
 
 namespace phase {
-template <typename T, int MODE>
-void launch_mma(const Problem& p, const Args& a);  // mma_sync.cu
-template <typename T>
-void launch_gmma(const Problem& p, const Args& a);  // gmma.cu
+template <typename T, int MODE> void launch_mma(const Problem& p, const Args& a);  // mma_sync.cu
+template <typename T> void launch_gmma(const Problem& p, const Args& a);  // gmma.cu
 void launch_x3(const Problem& p, const Args& a);    // x3.cu
 }  // namespace phase
 

@@ -21,14 +21,7 @@
 // product: the prep kernel rounds B to TF32, A is rounded while forming the
 // fragments); k16 (bf16 / fp16, m16n8k16 with fp32 accumulation).
 
-#include "../common/launch.h"
 #include "plan.h"
-
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-
-#include <algorithm>
 
 namespace alexop::cuda::input_grad::phase {
 
@@ -270,18 +263,8 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_dgrad_tc_kernel(const Pa
 
 template <typename T, int MODE>
 void launch_mma(const Problem& pr, const Args& a) {
-  Params p;
-  TORCH_INTERNAL_ASSERT(make_params(pr, stage_channels<MODE>(), p), "input gradient: chosen where no tiling fits");
-  const size_t wbytes = gmma_wbytes(p.nstage), smem = gather_smem(p);
-  const at::Tensor wbuf = bind(a, wbytes, p);
-  auto stream = c10::cuda::getCurrentCUDAStream();
-  const int prep_threads = (int)(wbytes / 16), prep_blocks = (prep_threads + 255) / 256;
-  dgrad_prep_weights_kernel<T, MODE><<<prep_blocks, 256, 0, stream>>>(
-      static_cast<const T*>(a.weight.data_ptr()), p.K, p.nstage, static_cast<uint4*>(wbuf.data_ptr()));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  allow_max_dynamic_smem(conv11s4_dgrad_tc_kernel<T, MODE>);
-  conv11s4_dgrad_tc_kernel<T, MODE><<<std::min(p.total_tiles, pr.dev.num_sms), kThreads, smem, stream>>>(p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_gather<T>(pr, a, stage_channels<MODE>(), dgrad_prep_weights_kernel<T, MODE>, conv11s4_dgrad_tc_kernel<T, MODE>,
+                   kThreads);
 }
 
 template void launch_mma<float, k3xTf32>(const Problem&, const Args&);

@@ -16,14 +16,8 @@ namespace {
 void grid_params(const Problem& pr, int band_max, Params& p) {
   p = Params{};
   p.N = (int)pr.N;
-  p.H = (int)pr.H;
-  p.W = (int)pr.W;
-  p.K = (int)pr.K;
-  p.P = (int)pr.P;
-  p.Q = (int)pr.Q;
-  const int pad = (int)pr.pad;
-  p.pad = pad;
-  p.PQ = p.P * p.Q;
+  set_sizes(p, pr);
+  const int pad = p.pad;
   p.P0s = pad / 4;
   p.Q0s = pad / 4;
   p.PS = (p.H + pad - 1) / 4 - p.P0s + 1;

@@ -3,24 +3,16 @@
 // description to a named kernel, and the only place an input-gradient kernel
 // is chosen (select.cu).
 
-#include "../common/device.h"
-#include "../common/precision.h"
+#include "../common/problem.h"
 
-#include <c10/core/ScalarType.h>
-
-#include <cstdint>
 #include <string>
 
 namespace alexop::cuda::input_grad {
 
 // An input-gradient problem: grad_output (N, K, P, Q) and weight (K, C, 11,
-// 11) contiguous, grad_input (N, C, H, W) NCHW, freshly allocated.
-struct Problem {
-  Device dev;
-  c10::ScalarType dtype = c10::ScalarType::Float;
-  Fp32Math math = Fp32Math::kAccurate;  // float32 only
-  int64_t N = 0, C = 0, H = 0, W = 0, K = 0, pad = 0, P = 0, Q = 0;
-};
+// 11) contiguous, grad_input (N, C, H, W) NCHW, freshly allocated; no more
+// than the base describes.
+struct Problem : ProblemBase {};
 
 enum class Kernel {
   kNone,         // an empty grad_input: nothing runs

@@ -31,15 +31,8 @@
 // effect of the tensor cores' truncating accumulation. Every dx element is written by one
 // lane of one tile: deterministic.
 
-#include "../common/launch.h"
 #include "../common/wgmma.cuh"
 #include "plan.h"
-
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-
-#include <algorithm>
 
 namespace alexop::cuda::input_grad::phase {
 namespace {

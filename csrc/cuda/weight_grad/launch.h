@@ -20,18 +20,13 @@ void launch(const Choice& c, const Problem& p, const Args& a);
 
 // The families' launchers, instantiated in their own files (instances.h).
 namespace ring {
-template <int MODE, int MT>
-void launch_f32(const Problem& p, const Args& a);
-template <typename T, int MT>
-void launch_pairs(const Problem& p, const Args& a);
-template <typename T, int MT>
-void launch_strided(const Problem& p, const Args& a);
-template <typename T, int MODE, int NT8, bool VEC>
-void launch_gmma(const Problem& p, const Args& a);
+template <int MODE, int MT> void launch_f32(const Problem& p, const Args& a);
+template <typename T, int MT> void launch_pairs(const Problem& p, const Args& a);
+template <typename T, int MT> void launch_strided(const Problem& p, const Args& a);
+template <typename T, int MODE, int NT8, bool VEC> void launch_gmma(const Problem& p, const Args& a);
 }  // namespace ring
 namespace planes {
-template <typename T, int NT8>
-void launch(const Problem& p, const Args& a);
+template <typename T, int NT8> void launch(const Problem& p, const Args& a);
 }  // namespace planes
 
 }  // namespace alexop::cuda::weight_grad

@@ -356,13 +356,7 @@ void launch(const Problem& pr, const Args& a) {
   using S = Smem<NT8>;
   const at::Tensor &go = a.grad_output, &in = a.input;
   Params<T> p{};
-  p.H = (int)pr.H;
-  p.W = (int)pr.W;
-  p.K = (int)pr.K;
-  p.P = (int)pr.P;
-  p.Q = (int)pr.Q;
-  p.PQ = p.P * p.Q;
-  p.pad = (int)pr.pad;
+  set_sizes(p, pr);
   p.sN = (int64_t)kC * p.H * p.W;
   p.tiles_per_img = (p.P + kTR - 1) / kTR;
   p.total_tiles = (int)tiles(pr);

@@ -3,12 +3,8 @@
 // description to a named kernel, and the only place a weight-gradient kernel
 // is chosen (select.cu).
 
-#include "../common/device.h"
-#include "../common/precision.h"
+#include "../common/problem.h"
 
-#include <c10/core/ScalarType.h>
-
-#include <cstdint>
 #include <string>
 
 namespace alexop::cuda::weight_grad {
@@ -16,11 +12,7 @@ namespace alexop::cuda::weight_grad {
 // A weight-gradient problem as the kernels see it: grad_output (N, K, P, Q)
 // NCHW contiguous, the input (N, C, H, W) dense in NCHW or channels_last
 // (16-bit inputs reach it as NCHW, see nchw_input.h).
-struct Problem {
-  Device dev;
-  c10::ScalarType dtype = c10::ScalarType::Float;
-  Fp32Math math = Fp32Math::kAccurate;  // float32 only
-  int64_t N = 0, C = 0, H = 0, W = 0, K = 0, pad = 0, P = 0, Q = 0;
+struct Problem : ProblemBase {
   bool nhwc = false;          // channels_last input
   int64_t input_stride0 = 0;  // the input's image stride
   int input_align = 1;        // alignment of the input's address (common/device.h)
