@@ -66,9 +66,9 @@ def objects(path):
 def demangle(names):
     if not names:
         return {}
-    out = subprocess.run(
-        [shutil.which("cu++filt") or shutil.which("c++filt")], input="\n".join(names), capture_output=True, text=True, check=True
-    ).stdout.splitlines()
+    filt = shutil.which("cu++filt") or shutil.which("c++filt")
+    out = subprocess.run([filt], input="\n".join(names), capture_output=True, text=True, check=True).stdout
+    out = out.splitlines()
     return dict(zip(names, out))
 
 
@@ -154,6 +154,7 @@ def main():
     ap.add_argument("--arch", action="append", help="sm_80, sm_90a, ... (default: all)")
     ap.add_argument("--map-forward-modes", action="store_true")
     ap.add_argument("-v", "--verbose", action="store_true", help="list every kernel")
+    ap.add_argument("--common", action="store_true", help="compare only the kernels both sides have")
     args = ap.parse_args()
     base = collect(args.base, args.map_forward_modes, args.arch)
     new = collect(args.new, False, args.arch)
@@ -161,7 +162,8 @@ def main():
     for arch in sorted(set(base) | set(new)):
         b, n = base.get(arch, {}), new.get(arch, {})
         same = 0
-        for key in sorted(set(b) | set(n)):
+        keys = set(b) & set(n) if args.common else set(b) | set(n)
+        for key in sorted(keys):
             if key not in n:
                 print(f"{arch} only in base: {key}")
                 bad += 1

@@ -1,30 +1,31 @@
 // The forward's kernel choice. Decision tree, first match wins; "fits" is
 // the kernel's plan (plan.h: shared memory, tile counts in 32 bits), and a
-// choice that does not fit falls through to the next rule unless marked
-// "(else generic)":
+// rule whose kernel does not fit falls through to the next one, or to the
+// reference kernel where it says "else generic". [why]
 //
-//  1. empty output                                  -> none
-//  2. not a tensor-core problem (tc_shape)          -> generic    [the kernels' limits]
+//  1. empty output                        -> none
+//  2. !tc_shape                           -> generic  [outside the kernels' limits]
 // float32, Fp32Math::kAccurate ("highest"):
-//  3. wgmma, K <= 96, tiles fill the GPU (h3_fills) -> gmma 3xFP16, one CTA of K <= 64 | 96 [twice TF32's rate]
-//  4. wgmma, 64 < K <= 96, same fill (3 did not fit)-> gmma 3xTF32, groups of 48 (else generic) [B big + small for 96 does not fit]
-//  5. otherwise                                     -> mma.sync 3xTF32, split rule
+//  3. wgmma, h3_fills                     -> gmma 3xFP16, K <= 64 | 96 in one CTA  [twice TF32's rate]
+//  4. wgmma, h3_fills, K > 64             -> gmma 3xTF32, groups of 48, else generic  [3xFP16 did not fit]
+//  5.                                     -> split rule, 3xTF32
 // float32, Fp32Math::kBf16x3 ("high"):
-//  6. as 3                                          -> gmma 3xFP16 [faster and more accurate than bf16x3]
-//  7. otherwise                                     -> mma.sync bf16x3, split rule
-// split rule: channel groups of 48, 32 or 16 where split_cost says they
-//  shorten the busiest SM's queue by 10%, else all channels in one group
-//  (K <= 96; groups of 48 where that does not fit)  -> mma.sync (else generic)
+//  6. wgmma, h3_fills                     -> gmma 3xFP16  [faster and more accurate than bf16x3]
+//  7.                                     -> split rule, bf16x3
+// split rule (split_groups): channel groups of 48, 32 or 16 where they shorten the busiest SM's
+//    queue by 10%, else all K <= 96 channels in one CTA, else groups of 48 -> mma.sync, else generic
 // float32, Fp32Math::kTf32 ("medium"):
-//  8. wgmma, planes_shape                           -> planes TF32 [no gather: A by descriptor]
-//  9. wgmma, K <= 96                                -> gmma TF32
-// 10. K <= 96                                       -> mma.sync TF32 (else generic) [fp32 B of K > 96 leaves no room for a patch]
-// bf16 / fp16 (mode: k16Pairs for NCHW of even padding, else k16):
-// 11. wgmma, planes_shape, planes16_aligned         -> planes 16-bit
-// 12. wgmma, staged_fills, s2d_aligned              -> space-to-depth, NCHW or channels_last [ldmatrix, no table]
-// 13. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
-// 14. wgmma                                         -> gmma, two CTAs an SM, K <= 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
-// 15. otherwise                                     -> mma.sync (else generic)
+//  8. wgmma, planes_shape                 -> planes TF32  [A by descriptor, no gather]
+//  9. K > 96                              -> generic  [fp32 weights of K > 96 leave no room for a patch]
+// 10. wgmma                               -> gmma TF32
+// 11.                                     -> mma.sync TF32, else generic
+// bf16 / fp16 (mode k16Pairs for NCHW of even padding: a k pair per patch word; else k16):
+// 12. wgmma, planes_shape, planes16_aligned -> planes 16-bit
+// 13. wgmma, staged_fills, s2d_aligned    -> space-to-depth, NCHW or channels_last  [ldmatrix, no table]
+// 14. wgmma, staged_fills                 -> gmma staged, K <= 64 | 96  [stores off the MMA warps]
+// 15. wgmma                               -> gmma, two CTAs an SM, K <= 64 | 96 | 128  [one's epilogue
+//                                            overlaps the other's MMAs]
+// 16.                                     -> mma.sync, else generic
 
 #include "select.h"
 

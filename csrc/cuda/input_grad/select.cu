@@ -1,15 +1,15 @@
 // The input gradient's kernel choice. Decision tree, first match wins; a
-// choice that does not fit (plan.cu) falls through:
+// kernel that does not fit (plan.cu) falls through:
 //
-//  1. empty grad_input                              -> none
-//  2. not a tensor-core problem (tc_shape)          -> generic (cuBLAS + fold) [the kernels' limits]
+//  1. empty grad_input                      -> none
+//  2. !tc_shape                             -> generic (cuBLAS + fold)  [outside the kernels' limits]
 // float32:
-//  3. "high" or "medium"                            -> mma.sync TF32 (else generic) [a TF32 wgmma version was slower]
-//  4. wgmma ("highest")                             -> gmma 3xFP16 [twice TF32's rate, A by descriptor]
-//  5. otherwise                                     -> mma.sync 3xTF32 (else generic)
+//  3. "high" or "medium"                    -> mma.sync TF32, else generic  [a TF32 wgmma version was slower]
+//  4. wgmma                                 -> gmma 3xFP16  [twice TF32's rate, A by descriptor]
+//  5.                                       -> mma.sync 3xTF32, else generic
 // bf16 / fp16:
-//  6. wgmma                                         -> gmma 16-bit
-//  7. otherwise                                     -> mma.sync 16-bit (else generic)
+//  6. wgmma                                 -> gmma 16-bit
+//  7.                                       -> mma.sync 16-bit, else generic
 // Every batch size takes the tensor-core kernels: at small batches the
 // GEMM + fold costs more, in host time too.
 

@@ -1,16 +1,16 @@
 // The weight gradient's kernel choice. Decision tree, first match wins:
 //
-//  1. not a tensor-core problem (tc_shape)            -> generic  [the kernels' limits]
+//  1. !tc_shape                             -> generic  [outside the kernels' limits: K = 64 or 96, ...]
 // float32 (3xFP16 / 3xTF32 for "highest"; "high" and "medium" take TF32):
-//  2. wgmma, grad_output 16-byte aligned              -> gmma 3xFP16 | TF32 [dy staged by 16-byte copies]
-//  3. otherwise                                       -> mma.sync 3xTF32 | TF32
+//  2. wgmma, grad_output 16-byte aligned    -> gmma 3xFP16 | TF32  [dy staged by 16-byte copies]
+//  3.                                       -> mma.sync 3xTF32 | TF32
 // bf16 / fp16:
-//  4. wgmma, planes_shape, planes_aligned, fits       -> planes  [no gather: A and B by descriptor]
+//  4. wgmma, planes_shape, planes_aligned, planes_fit -> planes  [A and B by descriptor, no gather]
 //  5. wgmma, grad_output 16-byte aligned, pairs_ok    -> gmma 16-bit
-//  6. pairs_ok, grad_output 4-byte aligned            -> mma.sync, 4-byte pair copies
-//  7. otherwise                                       -> mma.sync, register-staged, any strides
+//  6. pairs_ok, grad_output 4-byte aligned  -> mma.sync, 4-byte pair copies
+//  7.                                       -> mma.sync, register-staged, any strides
 // The wgmma kernel copies input rows by 16 bytes (vec) where vec_ok, else by
-// 4 (one fp32 element or a 16-bit pair). The kernels serve K = 64 or 96.
+// 4 (one fp32 element or a 16-bit pair).
 
 #include "select.h"
 
