@@ -2,7 +2,7 @@
 
 #include "device.h"
 
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAContextLight.h>
 
 #include <atomic>
 

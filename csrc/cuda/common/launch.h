@@ -1,7 +1,8 @@
 #pragma once
 // Host-side launch helpers shared by the tensor-core kernels.
 
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAContextLight.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -9,6 +10,7 @@
 #include <cuda_fp16.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -20,6 +22,11 @@
 #include <utility>
 
 namespace alexop::cuda {
+
+// A buffer of `bytes` bytes on like's device from the caching allocator,
+// uninitialised: prepared weights, partial sums. Defined in launch.cu, so the
+// kernel files need not include ATen's operator headers.
+at::Tensor scratch(const at::Tensor& like, int64_t bytes);
 
 // Whether the kernels' element type T (float, __nv_bfloat16 or at::BFloat16,
 // __half or at::Half) is scalar type t: the launch switches' dtype test.

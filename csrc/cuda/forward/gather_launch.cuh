@@ -11,9 +11,7 @@
 #include "plan.h"
 #include "s2d.cuh"
 
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 
@@ -54,8 +52,8 @@ void launch_s2d(const Problem& pr, const Args& a) {
   const TilePlan plan = plan_s2d(pr, NT8);
   TORCH_INTERNAL_ASSERT(plan.fits, "forward space-to-depth: chosen for a problem it does not fit");
   constexpr int WB = wfrag_bytes<MODE, NT8, true>();
-  auto stream = at::cuda::getCurrentCUDAStream();
-  auto wbuf = at::empty({(int64_t)WB}, a.input.options().dtype(at::kByte));
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor wbuf = scratch(a.input, WB);
   prep_weights_gmma_kernel<T, MODE, NT8><<<(WB / 16 + 255) / 256, 256, 0, stream>>>(
       static_cast<const T*>(a.weight.data_ptr()), (int)pr.K, static_cast<uint4*>(wbuf.data_ptr()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -74,9 +72,9 @@ void launch(const Problem& pr, const Args& a) {
   TORCH_INTERNAL_ASSERT(plan.fits, "forward gather kernel: chosen for a problem it does not fit");
   constexpr int WB = wfrag_bytes<MODE, NT8, GMMA>();
   const int K = (int)pr.K, groups = plan.groups;
-  auto stream = at::cuda::getCurrentCUDAStream();
+  auto stream = c10::cuda::getCurrentCUDAStream();
   // 3xFP16 appends B's scale exponent (one channel group only)
-  auto wbuf = at::empty({(int64_t)WB * groups + (MODE == k3xFp16 ? 16 : 0)}, a.input.options().dtype(at::kByte));
+  const at::Tensor wbuf = scratch(a.input, (int64_t)WB * groups + (MODE == k3xFp16 ? 16 : 0));
   {
     // split B: a thread writes big and small
     const int nthreads = WB / 16 / (GMMA && split_b<MODE>() ? 2 : 1);

@@ -68,9 +68,7 @@
 #include "launch.h"
 #include "plan.h"
 
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -662,8 +660,8 @@ void launch(const Problem& pr, const Args& a) {
   const int64_t total = pr.N * (int64_t)p.tiles_per_img;
   p.total_tiles = (int)total;
 
-  auto stream = at::cuda::getCurrentCUDAStream();
-  auto wbuf = at::empty({(int64_t)S::kB}, a.input.options().dtype(at::kByte));
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor wbuf = scratch(a.input, S::kB);
   constexpr int kPrepThreads = L::kSteps * 2 * NT * L::kElems;
   auto* prep = p.units ? prep_weights_planes_kernel<T, NT, true> : prep_weights_planes_kernel<T, NT, false>;
   prep<<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(static_cast<const T*>(a.weight.data_ptr()), p.K,

@@ -2,7 +2,6 @@
 
 #include "plan.h"
 
-#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -74,7 +73,7 @@ at::Tensor bind(const Args& a, size_t wbytes, Params& p) {
             (reinterpret_cast<uintptr_t>(gx.data_ptr()) % (2 * gx.element_size())) == 0) ? 1 : 0;
   p.dy = a.grad_output.data_ptr();
   p.dx = gx.data_ptr();
-  auto wbuf = at::empty({(int64_t)wbytes}, a.grad_output.options().dtype(at::kByte));
+  const at::Tensor wbuf = scratch(a.grad_output, (int64_t)wbytes);
   p.wfrag = static_cast<const uint4*>(wbuf.data_ptr());
   return wbuf;
 }

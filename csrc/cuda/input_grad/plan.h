@@ -7,8 +7,6 @@
 #include "phase.cuh"
 
 #include <ATen/core/Tensor.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
 #include <cstddef>

@@ -12,7 +12,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAContextLight.h>
 #include <ATen/ops/bmm.h>
 
 #include <algorithm>
@@ -162,7 +162,7 @@ void forward(const at::Tensor& input, const at::Tensor& weight, const at::Tensor
       at::kHalf, at::kBFloat16, x.scalar_type(), "conv11s4_cuda", [&] {
         forward_kernel<scalar_t>
             <<<blocks_for(output.numel()), kThreads, 0,
-               at::cuda::getCurrentCUDAStream()>>>(
+               c10::cuda::getCurrentCUDAStream()>>>(
                 x.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
                 bias != nullptr ? bias->const_data_ptr<scalar_t>() : nullptr,
                 output.mutable_data_ptr<scalar_t>(), s);
@@ -191,7 +191,7 @@ void backward_input(const at::Tensor& grad_output, const at::Tensor& weight, int
         "conv11s4_backward_input_cuda", [&] {
           fold_kernel<scalar_t>
               <<<blocks_for(nb * image_size), kThreads, 0,
-                 at::cuda::getCurrentCUDAStream()>>>(
+                 c10::cuda::getCurrentCUDAStream()>>>(
                   cols.const_data_ptr<scalar_t>(),
                   grad_input.mutable_data_ptr<scalar_t>() + n0 * image_size,
                   s, nb);
@@ -213,7 +213,7 @@ void backward_weight(const at::Tensor& grad_output, const at::Tensor& input, int
       "conv11s4_backward_weight_cuda", [&] {
         backward_weight_kernel<scalar_t>
             <<<static_cast<unsigned int>(blocks), kThreads, 0,
-               at::cuda::getCurrentCUDAStream()>>>(
+               c10::cuda::getCurrentCUDAStream()>>>(
                 grad_output.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(),
                 grad_weight.mutable_data_ptr<scalar_t>(),
                 grad_bias != nullptr ? grad_bias->mutable_data_ptr<scalar_t>() : nullptr,

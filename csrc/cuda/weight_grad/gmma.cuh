@@ -42,7 +42,6 @@
 // (VEC: 16-byte copies where W % 8 == 0 and aligned, else 4-byte pairs); dy
 // 16-byte aligned.
 
-#include "../common/launch.h"
 #include "../common/wgmma.cuh"
 #include "ring.cuh"
 
@@ -617,13 +616,13 @@ template <typename T, int MODE, int NT8, bool VEC>
 void launch_gmma(const Problem& pr, const Args& a) {
   const at::Tensor &go = a.grad_output, &in = a.input;
   const SplitK sk = split_k(go, in, GmmaGeo<T, MODE>::kQC);
-  auto stream = at::cuda::getCurrentCUDAStream();
+  auto stream = c10::cuda::getCurrentCUDAStream();
   constexpr int smem = gsmem_bytes<T, MODE, NT8>();
   auto kern = wgrad_gmma_kernel<T, MODE, NT8, VEC>;
   allow_max_dynamic_smem(kern);
   kern<<<sk.S, kGThreads, smem, stream>>>(go.data_ptr<T>(), in.data_ptr<T>(), in.stride(0), in.stride(1),
                                           in.stride(2), in.stride(3), (int)pr.K, (int)pr.H, (int)pr.W, (int)pr.P,
-                                          (int)pr.Q, (int)pr.pad, sk.nQc, sk.U, sk.S, sk.ws.data_ptr<float>());
+                                          (int)pr.Q, (int)pr.pad, sk.nQc, sk.U, sk.S, sk.partials());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   reduce_partials<T>(sk, a.grad_weight, a.grad_bias, stream);
 }

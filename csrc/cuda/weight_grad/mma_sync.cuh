@@ -9,7 +9,6 @@
 //  - wgrad_partial_kernel (v1): bf16 / fp16, register-staged loads, any
 //    strides (16-bit channels_last or odd W).
 
-#include "../common/launch.h"
 #include "ring.cuh"
 
 namespace alexop::cuda::weight_grad::ring {
@@ -470,7 +469,7 @@ template <int MODE, int MT>
 void launch_f32(const Problem& pr, const Args& a) {
   const at::Tensor &go = a.grad_output, &in = a.input;
   const SplitK sk = split_k(go, in, kQC2);
-  auto stream = at::cuda::getCurrentCUDAStream();
+  auto stream = c10::cuda::getCurrentCUDAStream();
   const int flush = MODE == k3xTf32 ? 8 : 0;
   const int smem = wgrad2_smem_floats<MT>() * (int)sizeof(float);
   auto kern = wgrad_f32_kernel<MODE, MT>;
@@ -478,7 +477,7 @@ void launch_f32(const Problem& pr, const Args& a) {
   kern<<<2 * sk.S, kThreads, smem, stream>>>(go.data_ptr<float>(), in.data_ptr<float>(), in.stride(0), in.stride(1),
                                              in.stride(2), in.stride(3), (int)pr.K, (int)pr.H, (int)pr.W, (int)pr.P,
                                              (int)pr.Q, (int)pr.pad, sk.nQc, sk.U, sk.S, flush,
-                                             sk.ws.data_ptr<float>());
+                                             sk.partials());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   reduce_partials<float>(sk, a.grad_weight, a.grad_bias, stream);
 }
@@ -487,13 +486,13 @@ template <typename T, int MT>
 void launch_pairs(const Problem& pr, const Args& a) {
   const at::Tensor &go = a.grad_output, &in = a.input;
   const SplitK sk = split_k(go, in, kQC3);
-  auto stream = at::cuda::getCurrentCUDAStream();
+  auto stream = c10::cuda::getCurrentCUDAStream();
   const int smem = wgrad3_smem_halves<MT>() * 2;
   auto kern = wgrad_h16_kernel<T, MT>;
   allow_max_dynamic_smem(kern);
   kern<<<2 * sk.S, kThreads, smem, stream>>>(go.data_ptr<T>(), in.data_ptr<T>(), (int)pr.K, (int)pr.H, (int)pr.W,
                                              (int)pr.P, (int)pr.Q, (int)pr.pad, sk.nQc, sk.U, sk.S,
-                                             sk.ws.data_ptr<float>());
+                                             sk.partials());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   reduce_partials<T>(sk, a.grad_weight, a.grad_bias, stream);
 }
@@ -503,13 +502,13 @@ void launch_strided(const Problem& pr, const Args& a) {
   const at::Tensor &go = a.grad_output, &in = a.input;
   static_assert(Geo1::QC == kQC3, "the 16-bit kernels split the work alike");
   const SplitK sk = split_k(go, in, kQC3);
-  auto stream = at::cuda::getCurrentCUDAStream();
+  auto stream = c10::cuda::getCurrentCUDAStream();
   const int smem = (Geo1::ONES + kQC3 + MT * 16 * Geo1::LDA) * 2;
   auto kern = wgrad_partial_kernel<T, MT>;
   allow_max_dynamic_smem(kern);
   kern<<<2 * sk.S, kThreads, smem, stream>>>(go.data_ptr<T>(), in.data_ptr<T>(), in.stride(0), in.stride(1),
                                              in.stride(2), in.stride(3), (int)pr.K, (int)pr.H, (int)pr.W, (int)pr.P,
-                                             (int)pr.Q, (int)pr.pad, sk.nQc, sk.U, sk.S, sk.ws.data_ptr<float>());
+                                             (int)pr.Q, (int)pr.pad, sk.nQc, sk.U, sk.S, sk.partials());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   reduce_partials<T>(sk, a.grad_weight, a.grad_bias, stream);
 }

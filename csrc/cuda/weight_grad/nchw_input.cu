@@ -4,7 +4,6 @@
 
 #include "../common/launch.h"
 
-#include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 
 #include <cstdint>
@@ -56,7 +55,7 @@ at::Tensor prepare_input(const at::Tensor& input, InputPrep prep) {
   auto out = at::empty(input.sizes(), input.options());
   const int64_t groups = input.numel() / 24;
   if (groups > 0) {
-    nhwc3_to_nchw_kernel<<<grid_stride_blocks(groups, kThreads), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+    nhwc3_to_nchw_kernel<<<grid_stride_blocks(groups, kThreads), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
         static_cast<const uint4*>(input.const_data_ptr()), static_cast<uint4*>(out.mutable_data_ptr()), groups,
         hw / 8);
     C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -52,9 +52,7 @@
 #include "../common/wgmma.cuh"
 #include "launch.h"
 
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
+#include <ATen/core/Tensor.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -361,11 +359,11 @@ void launch(const Problem& pr, const Args& a) {
   p.tiles_per_img = (p.P + kTR - 1) / kTR;
   p.total_tiles = (int)tiles(pr);
   const int grid = (int)std::min<int64_t>(p.total_tiles, pr.dev.num_sms);
-  at::Tensor ws = at::empty({grid, kRegs, kThreads}, in.options().dtype(at::kFloat));
+  const at::Tensor ws = scratch(in, (int64_t)grid * kRegs * kThreads * (int64_t)sizeof(float));
   p.x = static_cast<const T*>(in.data_ptr());
   p.dy = static_cast<const T*>(go.data_ptr());
-  p.ws = ws.data_ptr<float>();
-  auto stream = at::cuda::getCurrentCUDAStream();
+  p.ws = static_cast<float*>(ws.data_ptr());
+  auto stream = c10::cuda::getCurrentCUDAStream();
   allow_max_dynamic_smem(wgrad_planes_kernel<T, NT8>);
   wgrad_planes_kernel<T, NT8><<<grid, kThreads, S::kBytes, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

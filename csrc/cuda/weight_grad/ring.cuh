@@ -13,13 +13,12 @@
 // rows.
 
 #include "../common/constants.h"
+#include "../common/launch.h"
 #include "../common/precision.h"
 #include "../common/ptx.cuh"
 #include "launch.h"
 
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
+#include <ATen/core/Tensor.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -215,13 +214,14 @@ struct SplitK {
   int nQc, S;
   int64_t U;
   at::Tensor ws;
+  float* partials() const { return static_cast<float*>(ws.data_ptr()); }
 };
 inline SplitK split_k(const at::Tensor& go, const at::Tensor& in, int qc) {
   SplitK sk;
   sk.nQc = (int)((go.size(3) + qc - 1) / qc);
   sk.U = go.size(0) * sk.nQc * go.size(2);
   sk.S = (int)std::min<int64_t>(at::cuda::getCurrentDeviceProperties()->multiProcessorCount, sk.U);
-  sk.ws = at::empty({sk.S, go.size(1), kNW}, in.options().dtype(at::kFloat));
+  sk.ws = scratch(in, (int64_t)sk.S * go.size(1) * kNW * (int64_t)sizeof(float));
   return sk;
 }
 // The slices' partials summed in slice order into grad_weight / grad_bias.
@@ -229,7 +229,7 @@ template <typename T>
 void reduce_partials(const SplitK& sk, const at::Tensor& gw, const at::Tensor* gb, cudaStream_t stream) {
   const int K = (int)gw.size(0), tot = K * kNW;
   wgrad_reduce_kernel<T><<<(tot + 255) / 256, 256, 0, stream>>>(
-      sk.ws.data_ptr<float>(), sk.S, K, gw.data_ptr<T>(), gb != nullptr ? gb->data_ptr<T>() : nullptr);
+      sk.partials(), sk.S, K, gw.data_ptr<T>(), gb != nullptr ? gb->data_ptr<T>() : nullptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
