@@ -6,7 +6,7 @@ Meta, Autograd and Autocast kernels.
 """
 
 from ._library import library_path
-from .ops import Conv11s4, conv11s4, convert
+from .ops import Conv11s4, conv11s4, convert, kernel_for
 
-__all__ = ["Conv11s4", "conv11s4", "convert", "library_path"]
+__all__ = ["Conv11s4", "conv11s4", "convert", "kernel_for", "library_path"]
 __version__ = "0.1.0"

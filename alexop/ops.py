@@ -17,7 +17,7 @@ from torch.nn.utils import parametrize
 
 from . import _library  # noqa: F401  (loads the operator library)
 
-__all__ = ["Conv11s4", "conv11s4", "convert"]
+__all__ = ["Conv11s4", "conv11s4", "convert", "kernel_for"]
 
 KERNEL_SIZE = 11
 STRIDE = 4
@@ -54,6 +54,32 @@ def conv11s4(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, paddi
     if not torch.jit.is_scripting():  # TorchScript's ints are int64 already
         _check_int64("alexop.conv11s4", padding)
     return torch.ops.alexop.conv11s4(input, weight, bias, padding)
+
+
+def kernel_for(input: Tensor, weight: Tensor, padding: int = 2) -> dict[str, str]:
+    """The names of the kernels alexop runs for ``conv11s4(input, weight, bias, padding)``.
+
+    Asks the same kernel choice the operators make, for the forward and both
+    gradients, and launches nothing. The choice depends on the device (its
+    architecture, SM count and shared memory), the dtype, float32's matmul
+    precision (``torch.get_float32_matmul_precision()``), the shape, the
+    input's memory layout and alignment, and the batch; bias does not change
+    it. The gradients are named as autograd would call them, with a
+    contiguous ``grad_output`` of the output's shape.
+
+    Args:
+        input: ``(N, C_in, H, W)``, as for :func:`conv11s4`.
+        weight: ``(C_out, C_in, 11, 11)``, same dtype and device.
+        padding: zero padding on every side, ``>= 0``.
+
+    Returns:
+        ``{"forward": ..., "weight_grad": ..., "input_grad": ...}``, e.g.
+        ``"fwd_planes_bf16_c96"``, ``"wgrad_gmma_3xfp16_c96_vec"``,
+        ``"dgrad_cublas_fold"`` on CUDA, ``"cpu_gemm"`` on the CPU;
+        ``"none"`` where an empty result needs no kernel.
+    """
+    forward, weight_grad, input_grad = torch.ops.alexop._kernel_for(input, weight, padding)
+    return {"forward": forward, "weight_grad": weight_grad, "input_grad": input_grad}
 
 
 def _check_int64(where: str, padding) -> None:

@@ -1,11 +1,11 @@
+#pragma once
 // The 16-bit weight gradient on wgmma with both operands in shared memory
 // (sm_90a; bf16 / fp16, NCHW input of even padding and width, outputs 48 to
 // 55 pixels wide, K <= 96).
 //
-// Why a kernel of its own: the wgmma weight gradient of
-// conv11s4_backward_tc.cu gathers its A operand (taps x pixels) in registers,
-// ~100 instructions a row per warp, and is bound by instruction issue
-// (0.25-0.28 ms at the headline, H200). Here the tensor cores read the input
+// Why a kernel of its own: the wgmma weight gradient (gmma.cuh) gathers its
+// A operand (taps x pixels) in registers, ~100 instructions a row per warp,
+// and is bound by instruction issue. Here the tensor cores read the input
 // windows straight from the forward's 16-bit phase planes by descriptor.
 //
 // GEMM: D[channel][tap] = sum over pixels dy[channel][pixel] * x(tap, pixel).
@@ -35,51 +35,33 @@
 // run (from the 16-byte boundary at or before it) into a raw buffer, the
 // planes by 4-byte copies (zero-filled outside the image), then the raw dy
 // re-laid as A once its copies have landed; the same warps do them between
-// the current tile's k16 steps. No producer warpgroup: the accumulators
-// need 220 registers a thread in each of two warpgroups, and with a third
-// warpgroup ptxas (CUDA 13.0) kept every warpgroup at the launch's 168
-// registers despite setmaxnreg (the third accumulator set spilled).
-//
-// Measured (H200, batch 256, 224 x 224, bf16, same process as the register-
-// gather kernel it replaces there, alternated 3x; dev/wgp):
-//  - 0.231-0.234 ms against 0.254-0.279 (K = 64: 0.184-0.189 against
-//    0.209-0.253); fp16 0.222; batch 128 0.140. Accuracy as before (rel L2
-//    1.66e-3 bf16, 2.1e-4 fp16).
-//  - Without the loads after each CTA's first tile it takes 0.16: the wgmma
-//    operand reads (A is read again for each of the 4 wgmmas of a step) and
-//    the loads share the L1 / shared-memory pipe, which ncu showed 74% busy
-//    (at first 37% of its shared wavefronts were bank conflicts of the
-//    re-layout: channel slots 512 bytes apart; now 528).
-//  - Issuing a tile's wgmmas, then loading the next tile (channel slots 464
-//    bytes apart, partials in the weight's order: scattered stores) took
-//    0.257-0.268; loads between the steps with the conflicting 512-byte
-//    slots 0.285-0.298; with 528-byte slots and partials in register order
-//    0.231-0.234 (the two changes were measured together).
+// the current tile's k16 steps (the loads and the wgmma operand reads share
+// the L1 / shared-memory pipe: hence the channel slots spaced against bank
+// conflicts and the partials stored in register order). No producer
+// warpgroup: the accumulators need 220 registers a thread in each of two
+// warpgroups, and with a third warpgroup ptxas (CUDA 13.0) kept every
+// warpgroup at the launch's 168 registers despite setmaxnreg (the third
+// accumulator set spilled).
 // Like the forwards, values of the planes that only dropped taps or pixels
 // read still enter the products: an Inf/NaN input can reach taps whose
 // windows exclude it.
 
-#include "fast_kernels.h"
-#include "launch_utils.h"
-#include "ptx.cuh"
-#include "wgmma.cuh"
+#include "../common/constants.h"
+#include "../common/launch.h"
+#include "../common/ptx.cuh"
+#include "../common/wgmma.cuh"
+#include "launch.h"
 
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
+#include <ATen/core/Tensor.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <optional>
 #include <type_traits>
 
-namespace alexop::cuda {
-namespace {
+namespace alexop::cuda::weight_grad::planes {
 
-constexpr int kC = 3;
-constexpr int kR = 11;
 constexpr int kRegs = 3 * 72 + 4;       // accumulators a thread: 3 x m64n144 and the bias's m64n8
 constexpr int kQf = 57;                  // units per plane row
 constexpr int kRowB = kQf * 16;          // bytes per plane row
@@ -364,71 +346,31 @@ __global__ void __launch_bounds__(kThreads, 1) wgrad_planes_kernel(const Params<
 #endif
 }
 
+// Tiles of 4 output rows of an image; a persistent CTA an SM.
+inline int64_t tiles(const Problem& pr) { return pr.N * ((pr.P + kTR - 1) / kTR); }
+
 template <typename T, int NT8>
-bool launch(const at::Tensor& go, const at::Tensor& in, int pad, const at::Tensor& gw,
-            const std::optional<at::Tensor>& gb) {
+void launch(const Problem& pr, const Args& a) {
   using S = Smem<NT8>;
-  const auto* prop = at::cuda::getCurrentDeviceProperties();
-  if ((size_t)S::kBytes > (size_t)prop->sharedMemPerBlockOptin) return false;
+  const at::Tensor &go = a.grad_output, &in = a.input;
   Params<T> p{};
-  p.H = (int)in.size(2);
-  p.W = (int)in.size(3);
-  p.K = (int)go.size(1);
-  p.P = (int)go.size(2);
-  p.Q = (int)go.size(3);
-  p.PQ = p.P * p.Q;
-  p.pad = pad;
+  set_sizes(p, pr);
   p.sN = (int64_t)kC * p.H * p.W;
   p.tiles_per_img = (p.P + kTR - 1) / kTR;
-  const int64_t total = in.size(0) * (int64_t)p.tiles_per_img;
-  // below ~4 tiles an SM the first tile's load, which nothing overlaps, and
-  // the partials' reduction outweigh the gain: the register-gather kernel
-  // is as fast or faster (H200: batch 32 0.069-0.072 ms against 0.060-0.072,
-  // batch 8 0.050-0.062 against 0.038-0.054)
-  if (total > INT32_MAX || total < 4 * prop->multiProcessorCount) return false;
-  p.total_tiles = (int)total;
-  const int grid = (int)std::min<int64_t>(total, prop->multiProcessorCount);
-  at::Tensor ws = at::empty({grid, kRegs, kThreads}, in.options().dtype(at::kFloat));
+  p.total_tiles = (int)tiles(pr);
+  const int grid = (int)std::min<int64_t>(p.total_tiles, pr.dev.num_sms);
+  const at::Tensor ws = scratch(in, (int64_t)grid * kRegs * kThreads * (int64_t)sizeof(float));
   p.x = static_cast<const T*>(in.data_ptr());
   p.dy = static_cast<const T*>(go.data_ptr());
-  p.ws = ws.data_ptr<float>();
-  auto stream = at::cuda::getCurrentCUDAStream();
+  p.ws = static_cast<float*>(ws.data_ptr());
+  auto stream = c10::cuda::getCurrentCUDAStream();
   allow_max_dynamic_smem(wgrad_planes_kernel<T, NT8>);
   wgrad_planes_kernel<T, NT8><<<grid, kThreads, S::kBytes, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   constexpr int kM = NT8 > 8 ? 2 : 1;
   launch_dependent(reduce_planes_kernel<T, kM>, kRegs * 4 * kM, 32 * kReduceWarps, 0, stream, (const float*)p.ws, grid,
-                   p.K, static_cast<T*>(gw.data_ptr()), gb.has_value() ? static_cast<T*>(gb->data_ptr()) : nullptr);
-  return true;
+                   p.K, static_cast<T*>(a.grad_weight.data_ptr()),
+                   a.grad_bias != nullptr ? static_cast<T*>(a.grad_bias->data_ptr()) : nullptr);
 }
 
-template <typename T>
-bool launch_k(const at::Tensor& go, const at::Tensor& in, int pad, const at::Tensor& gw,
-              const std::optional<at::Tensor>& gb) {
-  return go.size(1) <= 64 ? launch<T, 8>(go, in, pad, gw, gb) : launch<T, 12>(go, in, pad, gw, gb);
-}
-
-}  // namespace
-
-bool conv11s4_backward_weight_planes(const at::Tensor& grad_output, const at::Tensor& input, int64_t padding,
-                                     const at::Tensor& grad_weight, const std::optional<at::Tensor>& grad_bias) {
-  const int64_t K = grad_output.size(1), Q = grad_output.size(3);
-  if (K > 96 || Q < 48 || Q > 55 || padding % 2 != 0 || input.size(3) % 2 != 0) return false;
-  // 4-byte input pieces within one column pair; dy runs copied from their
-  // 16-byte boundaries, which stay inside an aligned allocation
-  if (!input.is_contiguous() || reinterpret_cast<uintptr_t>(input.data_ptr()) % 4 != 0 ||
-      !grad_output.is_contiguous() || reinterpret_cast<uintptr_t>(grad_output.data_ptr()) % 16 != 0)
-    return false;
-  if (kC * input.size(2) * input.size(3) > INT32_MAX) return false;  // offsets within an image: 32 bits
-  const int pad = (int)padding;
-  switch (input.scalar_type()) {
-    case at::kBFloat16:
-      return launch_k<__nv_bfloat16>(grad_output, input, pad, grad_weight, grad_bias);
-    case at::kHalf:
-      return launch_k<__half>(grad_output, input, pad, grad_weight, grad_bias);
-    default:
-      return false;
-  }
-}
-
-}  // namespace alexop::cuda
+}  // namespace alexop::cuda::weight_grad::planes

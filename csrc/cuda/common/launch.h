@@ -1,17 +1,54 @@
 #pragma once
 // Host-side launch helpers shared by the tensor-core kernels.
 
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAContextLight.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace alexop::cuda {
+
+// A buffer of `bytes` bytes on like's device from the caching allocator,
+// uninitialised: prepared weights, partial sums. Defined in launch.cu, so the
+// kernel files need not include ATen's operator headers.
+at::Tensor scratch(const at::Tensor& like, int64_t bytes);
+
+// Whether the kernels' element type T (float, __nv_bfloat16 or at::BFloat16,
+// __half or at::Half) is scalar type t: the launch switches' dtype test.
+template <typename T>
+bool is_dtype(c10::ScalarType t) {
+  if constexpr (std::is_same_v<T, float>) {
+    return t == c10::ScalarType::Float;
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, c10::BFloat16>) {
+    return t == c10::ScalarType::BFloat16;
+  } else {
+    static_assert(std::is_same_v<T, __half> || std::is_same_v<T, c10::Half>, "float, bf16 or fp16");
+    return t == c10::ScalarType::Half;
+  }
+}
+
+// Blocks of `threads` threads for a grid-stride loop over `total` elements:
+// enough to fill the GPU several times over, never more than the grid allows.
+inline unsigned int grid_stride_blocks(int64_t total, int threads) {
+  const int64_t per_sm = 2048 / threads * 4;
+  const int64_t cap = at::cuda::getCurrentDeviceProperties()->multiProcessorCount * per_sm;
+  return static_cast<unsigned int>(std::max<int64_t>(1, std::min((total + threads - 1) / threads, cap)));
+}
 
 // Lifts a kernel's dynamic shared memory cap to the current device's maximum,
 // once per kernel and device. The attribute is only a cap (each launch still

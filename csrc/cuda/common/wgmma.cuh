@@ -2,9 +2,8 @@
 // Hopper (sm_90a) wgmma building blocks shared by the forward and both
 // gradients: the register-A forms D += A * B (B in shared memory through a
 // descriptor) for the widths the kernels use, 16-bit and tf32 forms with A in
-// shared memory too (the fp32-accurate input gradient, the plane forwards), the
-// fences around them, and the host-side check that the build carries sm_90a
-// code for a device.
+// shared memory too (the fp32-accurate input gradient, the plane forwards) and
+// the fences around them (device.h tells whether a device runs this code).
 // The device code exists only in the sm_90a pass (__CUDA_ARCH_FEAT_SM90_ALL);
 // kernels that use it compile empty elsewhere and are never launched there.
 
@@ -18,10 +17,6 @@
 #include <utility>
 
 namespace alexop::cuda {
-
-// True when `device` is sm_90 and this build carries sm_90a code (cached per
-// device; a function-attribute query, so safe under stream capture).
-bool gmma_available(int device);
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // wgmma with A from registers, B by descriptor, D += A * B (scale-d = 1).

@@ -1,16 +1,17 @@
-// Forwards on wgmma with both operands in shared memory (sm_90a): TF32 (the
-// float32 forward under torch.set_float32_matmul_precision("medium")) and
-// bf16 / fp16 (even padding and width), NCHW or channels_last, for images
-// whose outputs are 48 to 55 pixels wide (AlexNet's 224 x 224 with padding
-// 2, 227 x 227 without), K <= 96, batches of one tile per SM or more.
+#pragma once
+// The forward on wgmma with both operands in shared memory (sm_90a): TF32
+// (the float32 forward under torch.set_float32_matmul_precision("medium"))
+// and bf16 / fp16 (even padding and width), NCHW or channels_last, for
+// images whose outputs are 48 to 55 pixels wide (AlexNet's 224 x 224 with
+// padding 2, 227 x 227 without), K <= 96, batches of one tile per SM or more.
 //
-// Why kernels of their own: the gather kernels (conv11s4_forward_tc.cu) form
-// every A fragment in registers (table loads, patch loads, cvt or ldmatrix
-// per k step), which kept the tensor pipe about 31% busy. Here the tensor
-// cores read A straight from shared memory by descriptor: a wgmma core
-// matrix row is 16 bytes of k for one output pixel, and the stride of 4
-// columns puts the next output pixel's row exactly 16 bytes on, when the
-// input is laid out as below. The MMA loop is then one wgmma per k step.
+// Why kernels of their own: the gather kernels form every A fragment in
+// registers (table loads, patch loads, cvt or ldmatrix per k step), which
+// kept the tensor pipe about a third busy. Here the tensor cores read A
+// straight from shared memory by descriptor: a wgmma core matrix row is 16
+// bytes of k for one output pixel, and the stride of 4 columns puts the next
+// output pixel's row exactly 16 bytes on, when the input is laid out as
+// below. The MMA loop is then one wgmma per k step.
 //
 // Layout. The input is kept as phase planes of 16-byte aligned rows of 57 x
 // 16 bytes, whose 16-byte unit u holds padded columns 4u .. 4u + 3:
@@ -42,62 +43,39 @@
 // tile (zero-filled outside the image: the padding) and marks it full when
 // the copies land; mbarriers both ways. So the next tile's first planes land
 // while this tile's last ones are in use. TF32 input values are not
-// rounded: the tensor cores use their TF32 part (truncation; rel L2 3.5e-4
-// against 2.2e-4 for rounded operands, the TF32 bound being 1e-3), see
-// load_planes.
+// rounded: the tensor cores use their TF32 part (truncation, within the
+// TF32 bound), see load_planes. The producer's instructions a piece set the
+// pace, hence the care taken over each piece's instructions.
 //
 // Outputs: TF32 consumers store their accumulators straight to NCHW after
 // each tile. 16-bit ones stage them in shared memory (stmatrix) for a store
 // warpgroup, which writes them while the next tile's wgmmas run: stored by
 // the consumers, all CTAs' stores came in bursts beside idle tensor cores.
-//
-// Measured (H200, batch 256, 224 x 224, pad 2, ms; dev/p16 builds with
-// switches, same process as the previous kernels where compared):
-//  - TF32 K = 96: 0.285-0.29 (gather kernel 0.39); the copies' pieces taken
-//    by consecutive threads (shared stores without bank conflicts, fewer
-//    instructions per piece) 0.257 (K = 64: 0.201; channels_last 0.308).
-//    Without copies 0.216-0.222, without copies and stores 0.171-0.193.
-//  - bf16 K = 96, stores by the consumers: 0.216-0.224 against the
-//    space-to-depth kernel's 0.222-0.232; with the store warpgroup 0.172
-//    (fp16 0.174, K = 64 0.150, batch 128 0.099, 32 0.042, 8 0.028). Of
-//    the 0.172: without stores 0.163, without copies 0.142, without either
-//    0.117, about 57% of the tensor cores' bf16 peak; the wgmma operand
-//    reads alone take ~85% of shared memory's bandwidth at that peak.
-//  - 2026-11-27 (fourteenth session, docs/perf-notes.md): the producer's
-//    instructions a piece set the pace (one extra branch a piece: bf16
-//    0.163 -> 0.20); ~4 a piece in tiles inside the image, warpgroups past
-//    an image's last pixel idle, programmatic dependent launch after the
-//    prep kernel: bf16 0.146, fp16 0.148, TF32 0.243, bf16 channels_last
-//    0.148 (bench.py --quick; K = 96).
-//  - fifteenth session: TF32 channels_last by unit types 0.275, a row
-//    phase's three planes copied together 0.253, their slots spaced for
-//    conflict-free shared writes 0.245 (NCHW 0.242).
 // The bulk tensor copy cannot do the copies: its innermost box start must
 // be 16-byte aligned.
 //
 // Like the gather kernels, zero-weighted k slots read real input values: an
 // Inf/NaN input can reach outputs whose window excludes it.
 
-#include "fast_kernels.h"
-#include "launch_utils.h"
-#include "ptx.cuh"
-#include "wgmma.cuh"
+#include "../common/constants.h"
+#include "../common/launch.h"
+#include "../common/ptx.cuh"
+#include "../common/wgmma.cuh"
 
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include "launch.h"
+#include "plan.h"
+
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
-namespace alexop::cuda {
-namespace {
+namespace alexop::cuda::forward::planes {
 
-constexpr int kC = 3;
-constexpr int kR = 11;
 constexpr int kQf = 57;                         // flat pixels per output row
 constexpr int kPitch = kQf * 16;                // bytes per plane row
 constexpr int kRows = 7;                        // plane rows a tile reads
@@ -304,11 +282,9 @@ constexpr int kChunks = kRows * kQf;  // 16-byte units per plane
 // consecutive threads take consecutive pieces, so that a warp's copies
 // fill contiguous shared memory (one thread a unit: 4-way bank conflicts).
 // TF32 values stay fp32: the tensor cores read their TF32 part
-// (truncation). Rounding them in place first cost more than the planes
-// gain: with two of the four warps copying and two rounding (and fencing
-// each plane for the tensor cores) the headline took 0.394 ms against 0.306
-// (H200, same build). Every plane has the same pieces per thread, so their
-// geometry is computed once.
+// (truncation); rounding them in place first cost more than the planes
+// gain. Every plane has the same pieces per thread, so their geometry is
+// computed once.
 constexpr int kLoaders = 128;
 
 __device__ __forceinline__ const char* opaque(const char* ptr) {
@@ -320,8 +296,8 @@ __device__ __forceinline__ const char* opaque(const char* ptr) {
 // from + src[v] to base + kStride v, bytes(v) of kB (0: zero-filled; the
 // thread's last round only if `last`). With every row of the plane in the
 // image (inner) no row test and no branch between the pieces (address,
-// byte count and copy: ~4 SASS instructions; one branch a piece more made
-// the whole kernel 20% slower); the image's first and last tiles test each
+// byte count and copy: ~4 SASS instructions; one more branch a piece slowed
+// the whole kernel markedly); the image's first and last tiles test each
 // piece's row y + ry[v].
 template <int kB, int kStride, int kN, typename Bytes>
 __device__ __forceinline__ void copy_pieces(uint32_t base, const char* from, const char* img, const int (&src)[kN],
@@ -353,8 +329,7 @@ __device__ __forceinline__ void copy_pieces(uint32_t base, const char* from, con
 
 // TF32 channels_last by unit types (8-byte pieces): a plane of one unit
 // type holds 16 of each 48 input bytes, so a warp copying plane after plane
-// touched three times the cache lines of an NCHW copy (0.277 ms against
-// 0.243, H200). The three unit types of a row phase a are the consecutive
+// touched three times the cache lines of an NCHW copy. The three unit types of a row phase a are the consecutive
 // planes 3a + f and are copied together: the 6 pieces of a row's 12 values
 // (f = piece / 2) go to consecutive threads, 21 units a round of 126
 // threads, 19 rounds a plane triple; a warp copies 256 contiguous input
@@ -520,8 +495,7 @@ __device__ __forceinline__ void store_tiles(const Params<T>& p, const uint16_t* 
 // j's wgmmas are one commit group; once group j has been committed, group
 // j - kLag is waited for, after which plane j - kLag - 1 is read by no
 // pending wgmma (a step reads at most the plane before its own) and is
-// released. TF32: kLag = 2 measured 5% faster than 1 (0.286 against 0.300
-// ms at the headline, H200, same build), 3 and 4 slower again.
+// released. kLag = 2 measured faster than 1, 3 or 4 (TF32).
 constexpr int kLag = 2;
 
 template <typename T, int NT8>
@@ -666,79 +640,40 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
 #endif
 }
 
+// The prep kernel, then the main kernel as its programmatic dependent.
 template <typename T, int NT8>
-bool launch(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias, int pad,
-            bool nhwc, const at::Tensor& output) {
+void launch(const Problem& pr, const Args& a) {
   using L = Layout<T>;
   using S = Smem<T, NT8>;
   constexpr int NT = NT8 * 8;
-  const auto* prop = at::cuda::getCurrentDeviceProperties();
-  const size_t smem = S::kBytes;
-  if (smem > (size_t)prop->sharedMemPerBlockOptin) return false;
+  TORCH_INTERNAL_ASSERT(planes_fit(pr, NT8), "forward planes: chosen for a problem it does not fit");
   Params<T> p{};
-  p.H = (int)input.size(2);
-  p.W = (int)input.size(3);
-  p.K = (int)weight.size(0);
-  p.P = (int)output.size(2);
-  p.Q = (int)output.size(3);
-  p.PQ = p.P * p.Q;
-  p.pad = pad;
+  set_sizes(p, pr);
   const int hw = p.H * p.W;
   p.sN = (int64_t)kC * hw;
-  p.sC = nhwc ? 1 : hw;
-  p.sY = nhwc ? kC * p.W : p.W;
-  p.sX = nhwc ? kC : 1;
-  p.vec8 = pad % 2 == 0 && p.W % 2 == 0 && reinterpret_cast<uintptr_t>(input.data_ptr()) % 8 == 0;
-  p.units = nhwc && (!std::is_same_v<T, float> || p.vec8);
+  p.sC = pr.nhwc ? 1 : hw;
+  p.sY = pr.nhwc ? kC * p.W : p.W;
+  p.sX = pr.nhwc ? kC : 1;
+  p.vec8 = p.pad % 2 == 0 && p.W % 2 == 0 && pr.input_align >= 8;
+  p.units = pr.nhwc && (!std::is_same_v<T, float> || p.vec8);
   p.tiles_per_img = (p.P * kQf + kMT - 1) / kMT;
-  const int64_t total = input.size(0) * (int64_t)p.tiles_per_img;
-  if (total > INT32_MAX || total < prop->multiProcessorCount) return false;
-  if (p.sN * (int64_t)sizeof(T) > INT32_MAX) return false;  // the copies' 32-bit byte offsets within an image
+  const int64_t total = pr.N * (int64_t)p.tiles_per_img;
   p.total_tiles = (int)total;
 
-  auto stream = at::cuda::getCurrentCUDAStream();
-  auto wbuf = at::empty({(int64_t)S::kB}, input.options().dtype(at::kByte));
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor wbuf = scratch(a.input, S::kB);
   constexpr int kPrepThreads = L::kSteps * 2 * NT * L::kElems;
   auto* prep = p.units ? prep_weights_planes_kernel<T, NT, true> : prep_weights_planes_kernel<T, NT, false>;
-  prep<<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(static_cast<const T*>(weight.data_ptr()), p.K,
+  prep<<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(static_cast<const T*>(a.weight.data_ptr()), p.K,
                                                        static_cast<T*>(wbuf.data_ptr()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  p.x = static_cast<const T*>(input.data_ptr());
+  p.x = static_cast<const T*>(a.input.data_ptr());
   p.wb = static_cast<const uint4*>(wbuf.data_ptr());
-  p.bias = bias.has_value() ? static_cast<const T*>(bias->data_ptr()) : nullptr;
-  p.y = static_cast<T*>(output.data_ptr());
+  p.bias = a.bias != nullptr ? static_cast<const T*>(a.bias->data_ptr()) : nullptr;
+  p.y = static_cast<T*>(a.output.data_ptr());
   allow_max_dynamic_smem(conv11s4_fwd_planes_kernel<T, NT8>);
-  launch_dependent(conv11s4_fwd_planes_kernel<T, NT8>, (unsigned)std::min<int64_t>(total, prop->multiProcessorCount),
-                   kThreads<T>, smem, stream, p);
-  return true;
+  launch_dependent(conv11s4_fwd_planes_kernel<T, NT8>, (unsigned)std::min<int64_t>(total, pr.dev.num_sms),
+                   kThreads<T>, S::kBytes, stream, p);
 }
 
-template <typename T>
-bool launch_k(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias, int pad,
-              bool nhwc, const at::Tensor& output) {
-  return weight.size(0) <= 64 ? launch<T, 8>(input, weight, bias, pad, nhwc, output)
-                              : launch<T, 12>(input, weight, bias, pad, nhwc, output);
-}
-
-}  // namespace
-
-bool conv11s4_forward_planes(const at::Tensor& input, const at::Tensor& weight,
-                             const std::optional<at::Tensor>& bias, int pad, bool nhwc, const at::Tensor& output) {
-  const int64_t K = weight.size(0), Q = output.size(3);
-  if (K > 96 || Q < 48 || Q > 55) return false;
-  switch (input.scalar_type()) {
-    case at::kFloat:
-      return launch_k<float>(input, weight, bias, pad, nhwc, output);
-    case at::kBFloat16:
-    case at::kHalf:
-      // the copies move aligned 4-byte words, each within one column pair
-      if (pad % 2 != 0 || input.size(3) % 2 != 0 || reinterpret_cast<uintptr_t>(input.data_ptr()) % 4 != 0)
-        return false;
-      return input.scalar_type() == at::kHalf ? launch_k<__half>(input, weight, bias, pad, nhwc, output)
-                                              : launch_k<__nv_bfloat16>(input, weight, bias, pad, nhwc, output);
-    default:
-      return false;
-  }
-}
-
-}  // namespace alexop::cuda
+}  // namespace alexop::cuda::forward::planes

@@ -1,0 +1,11 @@
+#pragma once
+// The shape the tensor-core kernels are built for: AlexNet's first layer,
+// 3 input channels and 11 x 11 filters at stride 4.
+
+namespace alexop::cuda {
+
+constexpr int kC = 3;                // input channels (RGB)
+constexpr int kR = 11;               // filter rows and columns
+constexpr int kKred = kC * kR * kR;  // 363 taps: the forward's reduction
+
+}  // namespace alexop::cuda

@@ -1,0 +1,33 @@
+#pragma once
+// What the kernel choice needs to know of a device, as a plain description
+// (the selectors are pure functions of it), and the queries that fill it.
+
+#include <cstdint>
+
+namespace alexop::cuda {
+
+struct Device {
+  int sm = 0;                 // compute capability, major * 10 + minor
+  bool sm90a = false;         // an sm_90 device running this build's sm_90a code (wgmma)
+  int num_sms = 0;
+  int64_t smem_optin = 0;     // shared memory a block may opt in to, bytes
+  int64_t smem_per_sm = 0;    // shared memory of an SM
+  int64_t smem_reserved = 0;  // shared memory the driver reserves per block
+};
+
+// The description of CUDA device `index`.
+Device device(int index);
+
+// True when `device` is sm_90 and this build carries sm_90a code (wgmma) for
+// it. Cached per device; a function-attribute query, so safe under stream
+// capture.
+bool gmma_available(int device);
+
+// The largest power of two, up to 16, that divides the address: what the
+// kernels' vector copies need of a pointer.
+inline int alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return a % 16 == 0 ? 16 : a % 8 == 0 ? 8 : a % 4 == 0 ? 4 : a % 2 == 0 ? 2 : 1;
+}
+
+}  // namespace alexop::cuda

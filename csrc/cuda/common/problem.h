@@ -1,0 +1,36 @@
+#pragma once
+// What every kernel choice starts from: the device, the dtype and precision,
+// and the convolution's sizes. Each op's Problem (forward/, weight_grad/,
+// input_grad/ select.h) adds what its kernels need of the operands.
+
+#include "device.h"
+#include "precision.h"
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+
+namespace alexop::cuda {
+
+struct ProblemBase {
+  Device dev;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  Fp32Math math = Fp32Math::kAccurate;  // float32 only
+  // input (N, C, H, W), weight (K, C, 11, 11), output (N, K, P, Q), padding
+  int64_t N = 0, C = 0, H = 0, W = 0, K = 0, P = 0, Q = 0, pad = 0;
+};
+
+// The sizes every kernel's Params carries, as its ints: the image, filters,
+// output, padding and output plane.
+template <typename Params>
+void set_sizes(Params& p, const ProblemBase& pr) {
+  p.H = (int)pr.H;
+  p.W = (int)pr.W;
+  p.K = (int)pr.K;
+  p.P = (int)pr.P;
+  p.Q = (int)pr.Q;
+  p.pad = (int)pr.pad;
+  p.PQ = p.P * p.Q;
+}
+
+}  // namespace alexop::cuda

@@ -1,0 +1,221 @@
+#pragma once
+// The forward's gather kernels (mma_sync.cuh, gmma.cuh, s2d.cuh): their
+// parameters, tile geometry, patch copy and the weights' k order.
+//
+// Implicit GEMM: M = output pixels of one image (flattened p*Q+q, so a tile
+// of M is a contiguous range of every output channel's NCHW plane), N = out
+// channels, reduction k = (c, r, s) = 363 padded to 368.
+//
+// Each persistent CTA keeps the whole weight operand resident in shared
+// memory (arranged by a small prep kernel) and loops over tiles of MT output
+// pixels. For each tile it copies the input rows the tile touches into a
+// zero-bordered patch in shared memory (the border is the convolution's
+// padding), and warps gather A fragments straight from the patch through a
+// k -> c*cstr + r*rstr + s*sstr offset table: no im2col buffer anywhere.
+// The patch keeps the input's layout (NCHW or channels_last), so each input
+// row is one contiguous cp.async copy; only the strides in the table differ.
+// Padded reduction slots read finite patch words against zero weights, so an
+// Inf/NaN input can reach outputs whose window excludes it.
+
+#include "../common/constants.h"
+#include "../common/precision.h"
+#include "../common/ptx.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace alexop::cuda::forward::gather {
+
+constexpr int kKpad = 368;           // multiple of 8 and of 16
+constexpr int kKtab = kKpad + 32;    // offset table incl. look-ahead slack
+// mma.sync: 8 pixel jobs of 32 px; kNSplit warps share a job, each taking
+// 1/kNSplit of the channels (2 was slower: the doubled A-gather traffic
+// outweighs the extra latency hiding)
+constexpr int kMJobs = 8;
+constexpr int kNSplit = 1;
+constexpr int kThreads = 32 * kMJobs * kNSplit;
+constexpr int kWarps = kThreads / 32;
+// wgmma kernel: four warpgroups per SM, each 64 pixels of a tile x all
+// channels, as one CTA (CPS = 1) or two CTAs of two (CPS = 2)
+constexpr int kGThreads = 512;
+constexpr int kStoreThreads = 128;  // store warps of the staged 16-bit epilogue
+constexpr int kMaxK = 128;
+// bf16x3: n8 tiles per pass-major MMA group (4 measured the same as 2)
+constexpr int kB3Group = 2;
+// the padded reductions of k16Pairs (s padded 11 -> 12) and of the
+// space-to-depth modes (3 x 3 taps of 4 x 4 blocks x 3 channels)
+constexpr int kKpadP = 400;
+constexpr int kKs2d = 432;
+constexpr int kS2G = 6;  // space-to-depth: 16-byte groups of 8 (c, a, b) values per block
+
+struct Params {
+  const void* x;
+  const uint4* wfrag;
+  const void* bias;  // may be null
+  void* y;
+  int N, H, W, K, P, Q, pad;
+  int PQ, tiles_per_img, total_tiles, MT;
+  int PW, CS, PADL, shift, wcopy;
+  int nhwc, vec;
+  // element strides of (channel, row, column) inside the patch: the patch
+  // keeps the input's own layout, only the gather tables differ
+  int cstr, rstr, sstr;
+  // staged 16-bit wgmma epilogue: byte offset of the staging rows in shared
+  // memory and their stride in elements
+  int stage, ls;
+  // k16S2d / k16S2dNhwc: bytes of one plane (8 of each block's 48 values) of the
+  // space-to-depth patch (PW is its row length in blocks, CS the bytes of
+  // one whole patch buffer)
+  int gs;
+};
+
+// k steps of the padded reduction (k16 for 16-bit operands and bf16x3 /
+// 3xFP16, k8 for TF32 ones).
+__host__ __device__ constexpr int ksteps_of(int mode) {
+  return (mode == k16S2d || mode == k16S2dNhwc) ? kKs2d / 16
+         : mode == k16Pairs ? kKpadP / 16
+         : (mode == k16 || mode == kBf16x3 || mode == k3xFp16) ? kKpad / 16 : kKpad / 8;
+}
+// 3xTF32 and 3xFP16 on wgmma (GMMA) hold B as a block of big parts then one
+// of small.
+__host__ __device__ constexpr bool split_b_of(int mode) { return mode == k3xTf32 || mode == k3xFp16; }
+// Bytes of the resident weights of one channel group of NT8 n8 tiles; bf16x3
+// holds hi and lo fragments: one uint4 per (k16 step, n8 tile, lane).
+__host__ __device__ constexpr int wfrag_bytes_of(int mode, int nt8, bool gmma) {
+  return ksteps_of(mode) * (mode == kBf16x3 ? nt8 : nt8 / 2) * 32 * 16 * (gmma && split_b_of(mode) ? 2 : 1);
+}
+template <int MODE> __host__ __device__ constexpr int ksteps() { return ksteps_of(MODE); }
+template <int MODE> __host__ __device__ constexpr bool split_b() { return split_b_of(MODE); }
+template <int MODE, int NT8, bool GMMA = false> __host__ __device__ constexpr int wfrag_bytes() {
+  return wfrag_bytes_of(MODE, NT8, GMMA);
+}
+
+// Weight (n, k) of the padded reduction; k16Pairs's k runs over (c, r, s) with s padded to 12,
+// k16S2d's over (tap (i, j), c, a, b) with r = 4i + a, s = 4j + b (zero past 10),
+// k16S2dNhwc's over (tap, a, b, c).
+template <typename T, int MODE>
+__device__ __forceinline__ float weight_at(const T* __restrict__ w, int K, int k, int n) {
+  if constexpr (MODE == k16S2d || MODE == k16S2dNhwc) {
+    const int tap = k / 48, ch = k - tap * 48;
+    const int c = MODE == k16S2d ? ch >> 4 : ch % 3;
+    const int a = MODE == k16S2d ? (ch >> 2) & 3 : ch / 12, b = MODE == k16S2d ? ch & 3 : ch % 12 / 3;
+    const int r = 4 * (tap / 3) + a, s = 4 * (tap % 3) + b;
+    return (r < kR && s < kR && n < K) ? to_f(w[(size_t)n * kKred + (c * kR + r) * kR + s]) : 0.f;
+  }
+  if constexpr (MODE == k16Pairs) {
+    const int row = k / 12, s = k - row * 12;
+    return (row < kC * kR && s < kR && n < K) ? to_f(w[(size_t)n * kKred + row * kR + s]) : 0.f;
+  }
+  return (k < kKred && n < K) ? to_f(w[(size_t)n * kKred + k]) : 0.f;
+}
+
+struct TileGeom {
+  int n, m0, mend, p_lo, rows_in, h0;
+};
+__device__ __forceinline__ TileGeom tile_geom(const Params& p, int tile) {
+  TileGeom tg;
+  tg.n = tile / p.tiles_per_img;
+  tg.m0 = (tile - tg.n * p.tiles_per_img) * p.MT;
+  tg.mend = min(tg.m0 + p.MT, p.PQ);
+  tg.p_lo = tg.m0 / p.Q;
+  const int p_hi = (tg.mend - 1) / p.Q;
+  tg.rows_in = 4 * (p_hi - tg.p_lo) + kR;
+  tg.h0 = 4 * tg.p_lo - p.pad;
+  return tg;
+}
+
+// Copies the input rows of one tile into the patch interior; columns outside
+// [PADL, PADL + wcopy) were zeroed once and are never written again.
+template <typename T, int NWARPS = kWarps>
+__device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, T* patch, int warp,
+                                           int lane) {
+  const T* x = static_cast<const T*>(p.x);
+  if (!p.nhwc) {
+    // channel-outer, no per-row division; a row is at most a few vectors
+    // per lane, so the copy loops stay rolled (instruction issue is the cost)
+    for (int c = 0; c < kC; ++c) {
+      for (int i = warp; i < tg.rows_in; i += NWARPS) {
+        const int h = tg.h0 + i;
+        T* dst = patch + c * p.CS + i * p.PW + p.PADL;
+        if (h < 0 || h >= p.H) {
+          for (int w = lane; w < p.wcopy; w += 32) dst[w] = from_f<T>(0.f);
+          continue;
+        }
+        const T* src = x + ((size_t)(tg.n * kC + c) * p.H + h) * p.W;
+        if (p.vec) {
+          constexpr int V = 16 / sizeof(T);
+#pragma unroll 1
+          for (int v = lane; v < p.wcopy / V; v += 32) cp_async16(dst + v * V, src + v * V);
+        } else if constexpr (sizeof(T) == 4) {
+          for (int w = lane; w < p.wcopy; w += 32) cp_async4(dst + w, src + w);
+        } else {
+          for (int w = lane; w < p.wcopy; w += 32) dst[w] = src[w];
+        }
+      }
+    }
+  } else {
+    // channels_last: the patch is NHWC too, so an input row (W*C contiguous
+    // elements) is one contiguous copy.
+    const int ne = p.wcopy * kC;
+    for (int i = warp; i < tg.rows_in; i += NWARPS) {
+      const int h = tg.h0 + i;
+      T* dst = patch + i * p.rstr + p.PADL * kC;
+      if (h < 0 || h >= p.H) {
+        for (int e = lane; e < ne; e += 32) dst[e] = from_f<T>(0.f);
+        continue;
+      }
+      const T* src = x + ((size_t)tg.n * p.H + h) * p.W * kC;
+      if (p.vec) {
+        constexpr int V = 16 / sizeof(T);
+#pragma unroll 1
+        for (int v = lane; v < ne / V; v += 32) cp_async16(dst + v * V, src + v * V);
+      } else if constexpr (sizeof(T) == 4) {
+        for (int e = lane; e < ne; e += 32) cp_async4(dst + e, src + e);
+      } else {
+        for (int e = lane; e < ne; e += 32) dst[e] = src[e];
+      }
+    }
+  }
+}
+
+// Resident weights of this CTA's channel group (copy in flight on return),
+// gather table, bias, zeroed patch buffers.
+template <typename T, int MODE, int NT8, int NBUF, int NTHREADS = kThreads, int UNIT = 1, bool GMMA = false>
+__device__ __forceinline__ void init_smem(const Params& p, unsigned char* smem) {
+  constexpr int WB = wfrag_bytes<MODE, NT8, GMMA>();
+  const int kg0 = blockIdx.y * NT8 * 8;
+  const uint4* wsrc = p.wfrag + (size_t)blockIdx.y * (WB / 16);
+  int* offk = reinterpret_cast<int*>(smem + WB);
+  float* sbias = reinterpret_cast<float*>(smem + WB + kKtab * 4);
+  T* patch0 = reinterpret_cast<T*>(smem + WB + kKtab * 4 + kMaxK * 4);
+  const int buf_elems = kC * p.CS;
+  const int tid = threadIdx.x;
+  for (int i = tid; i < WB / 16; i += NTHREADS)
+    cp_async16(reinterpret_cast<uint4*>(smem) + i, wsrc + i);
+  for (int k = tid; k < kKtab; k += NTHREADS) {
+    int v = 0;  // padded k: weight is zero, any finite patch word will do
+    if constexpr (MODE == k16Pairs) {
+      // entry u = word offset of the pair (k, k+1) = (2u, 2u+1)
+      const int row = (2 * k) / 12, s = 2 * k - row * 12;
+      const int c = row / kR, r = row - c * kR;
+      if (row < kC * kR) v = (c * p.cstr + r * p.rstr + s) / 2;
+    } else if (k < kKred) {
+      const int c = k / (kR * kR), rr = k - c * kR * kR, r = rr / kR, s = rr - r * kR;
+      v = c * p.cstr + r * p.rstr + s * p.sstr;
+    }
+    offk[k] = v * UNIT;
+  }
+  for (int k = tid; k < kMaxK; k += NTHREADS)
+    sbias[k] = (p.bias != nullptr && kg0 + k < p.K) ? to_f(static_cast<const T*>(p.bias)[kg0 + k]) : 0.f;
+  {
+    uint32_t* pz = reinterpret_cast<uint32_t*>(patch0);
+    const int words = NBUF * buf_elems * (int)sizeof(T) / 4;
+    for (int i = tid; i < words; i += NTHREADS) pz[i] = 0u;
+  }
+  __syncthreads();  // zeros in place before any copy lands on top of them
+}
+
+}  // namespace alexop::cuda::forward::gather

@@ -1,0 +1,9 @@
+// The mma.sync gather forward, bf16 and fp16.
+#include "gather_launch.cuh"
+#include "instances.h"
+
+namespace alexop::cuda::forward::gather {
+#define ALEXOP_INST(...) template void launch<__VA_ARGS__>(const Problem&, const Args&);
+ALEXOP_FWD_MMA_16(ALEXOP_INST, __nv_bfloat16)
+ALEXOP_FWD_MMA_16(ALEXOP_INST, __half)
+}  // namespace alexop::cuda::forward::gather

@@ -1,0 +1,301 @@
+#pragma once
+// The forward's wgmma gather kernel (sm_90a): the same tiles, patch and A
+// gather as the mma.sync kernel, but the MMAs are wgmma with A from
+// registers and B read by the tensor cores straight from the resident
+// weights through a shared-memory descriptor. That takes the B fragment
+// loads off the LSU/MIO pipe and replaces a warp's 12 HMMA per 16 pixels and
+// k step by one asynchronous wgmma per warpgroup, so the gather of later
+// steps overlaps the tensor work instead of competing for issue.
+// 4 / CPS warpgroups per CTA; warpgroup wg (warps 4wg..4wg+3) owns pixels
+// [64wg, 64wg + 64) of the tile as one m64 block, warp wq of it rows
+// 16wq..16wq+15, with the same fragment layouts as mma.sync (A: m16n8k16 /
+// m16n8k8, D: m16n8). Four warps per scheduler (the mma.sync kernel has two)
+// hide the gather and epilogue latencies; each warp gathers only its own 16
+// rows, so the A traffic is the same as with two warpgroups of 128 pixels.
+//
+// Variants (template arguments):
+//  - 16-bit, STAGED: one CTA of four MMA warpgroups and a warpgroup of store
+//    warps (gmma_shared.cuh) per SM, two patch buffers; 640 threads, so
+//    registers are capped at 96 (K = 128 spills: K <= 96 only). Named
+//    barriers: 1 rows staged (MMA warps arrive, store warps wait), 2 rows
+//    free (the reverse), 3 the MMA warps' own per-tile barrier.
+//  - 16-bit, CPS = 2: two CTAs of two warpgroups per SM, one patch buffer
+//    each: one CTA's epilogue overlaps the other's MMAs.
+//  - kTf32, k3xTf32 (B's big and small parts resident: twice the bytes, so
+//    48-channel groups), k3xFp16: one CTA of four warpgroups.
+//
+// 3xFP16 (k3xFp16, fp32-accurate): the three products of 3xTF32, but fp16
+// operands run the tensor cores at twice the TF32 rate, and B's big and small
+// parts of 96 channels take the bytes of fp32 B, so one CTA holds them beside
+// a patch. fp16 has TF32's 11 significant bits, so hi + lo keeps the same 22
+// bits of each operand; its narrow exponent range is what the scaling
+// handles: each tile's patch is scaled by a power of two from its largest
+// finite |x| and then split in place (split_patch_fp16), the weights by one
+// from theirs (weight_exp_kernel), and the outputs scaled back. Values more
+// than 2^16 below their tile's (or the weights') largest keep an absolute
+// error of 2^-39 of it instead of their own 22 bits.
+
+#include "gmma_shared.cuh"
+
+namespace alexop::cuda::forward::gather {
+
+// 3xFP16: scales the tile's patch rows (those load_patch wrote) by 2^ta, ta
+// from their largest finite |x| (fp16_exp), and replaces each fp32 x by the
+// word of its fp16 parts, hi in the low half and lo in the high half, in
+// place. Returns ta; ends with a barrier, so the gather may start. red: 2 *
+// NTHR / 32 floats.
+template <int NTHR>
+__device__ __forceinline__ int split_patch_fp16(const Params& p, const TileGeom& tg, float* patch, float* red) {
+  // NCHW: one run of rows_in rows per channel, CS apart; channels_last: one
+  // run of whole pixel rows. PW is a multiple of 8, so runs are float4s.
+  const int run4 = tg.rows_in * (p.nhwc ? p.rstr : p.PW) / 4;
+  const int n4 = (p.nhwc ? 1 : kC) * run4;
+  auto at = [&](int f) {
+    const int c = f < run4 ? 0 : f < 2 * run4 ? 1 : 2;
+    return reinterpret_cast<float4*>(patch + c * p.CS) + (f - c * run4);
+  };
+  float m = 0.f;
+  for (int f = threadIdx.x; f < n4; f += NTHR) m = max_abs4(m, *at(f));
+  m = block_max<NTHR>(m, red);
+  if (!(m <= 3.402823466e38f)) {  // an Inf: the largest finite magnitude instead (block-uniform, rare)
+    m = 0.f;
+    for (int f = threadIdx.x; f < n4; f += NTHR) m = max_finite_abs4(m, *at(f));
+    m = block_max<NTHR>(m, red + NTHR / 32);
+  }
+  const int e = fp16_exp(m);
+  const float sa = pow2f(e);
+  for (int f = threadIdx.x; f < n4; f += NTHR) *reinterpret_cast<uint4*>(at(f)) = split_fp16_words(*at(f), sa);
+  __syncthreads();
+  return e;
+}
+
+// 3xFP16: *wexp = the exponent tw that puts the largest finite |w| of the n
+// weights in [2^14, 2^15) (see fp16_exp). One block.
+template <int NTHR>
+__global__ void __launch_bounds__(NTHR) weight_exp_kernel(const float* __restrict__ w, int n, int* __restrict__ wexp) {
+  __shared__ float red[NTHR / 32];
+  float m = 0.f;
+  for (int i = threadIdx.x; i < n; i += NTHR) m = max_finite_abs(m, w[i]);
+  m = block_max<NTHR>(m, red);
+  if (threadIdx.x == 0) *wexp = fp16_exp(m);
+}
+
+template <typename T, int MODE, int NT8, int NBUF, int CPS, bool STAGED = false>
+__global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0), CPS)
+    conv11s4_fwd_gmma_kernel(const Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(MODE != kBf16x3, "bf16x3 has no wgmma form");
+  static_assert(MODE != k3xFp16 || (!STAGED && CPS == 1 && NBUF == 1), "3xFP16: one CTA, one patch buffer");
+  using TA = std::conditional_t<MODE == kTf32 || MODE == k3xTf32, float, std::conditional_t<MODE == k3xFp16, __half, T>>;
+  static_assert(!STAGED || (sizeof(T) == 2 && NBUF == 2 && CPS == 1), "staged: 16-bit, one CTA of two patch buffers");
+  constexpr int NTHR = kGThreads / CPS, NWARPS = NTHR / 32;  // the MMA warps
+  constexpr int NALL = NTHR + (STAGED ? kStoreThreads : 0);
+  constexpr int SW = (NALL - NTHR) / 32;  // store warps
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int KS = ksteps<MODE>();
+  constexpr int WB = wfrag_bytes<MODE, NT8, true>();
+  constexpr int NACC = NT8 * 4;
+  // A buffers and how many k steps ahead of the MMAs they are filled; the
+  // fp32 modes (k8 steps) keep three wgmmas in flight (measured faster than
+  // two)
+  constexpr bool kFp32 = MODE == kTf32 || MODE == k3xTf32;  // k8 steps
+  constexpr int NB = kFp32 ? 6 : 4, AHEAD = kFp32 ? 3 : 2;
+  // the gather table is kept in bytes (k16Pairs counts 32-bit pairs)
+  constexpr int UB = MODE == k16 ? 2 : 4;
+  const int* offk = reinterpret_cast<const int*>(smem + WB);
+  const int2* offk2 = reinterpret_cast<const int2*>(offk);
+  const float* sbias = reinterpret_cast<const float*>(smem + WB + kKtab * 4);
+  T* patch0 = reinterpret_cast<T*>(smem + WB + kKtab * 4 + kMaxK * 4);
+  const int buf_elems = kC * p.CS;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wg = warp >> 2, wq = warp & 3;
+  init_smem<T, MODE, NT8, NBUF, NALL, UB, true>(p, smem);
+  const int kg0 = blockIdx.y * NT8 * 8;  // this CTA's channel group: kg0 + [0, NT8 * 8)
+  const int nch = min(NT8 * 8, p.K - kg0);
+  if constexpr (STAGED) {
+    // the store warps took part in the weight copy: it lands before they leave
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();
+    if (warp >= NWARPS) {
+      store_warps<NALL>(p, smem, kg0, nch, warp - NWARPS, SW, lane);
+      return;
+    }
+  }
+  const uint64_t desc0 = gmma_desc(smem_u32(smem));
+  // 3xTF32, 3xFP16: the small parts of B, one block of KS * NT8 * 256 bytes on
+  constexpr uint64_t kSmallB = (uint64_t)(KS * NT8 * 256) >> 4;
+  // 3xFP16: B was scaled by 2^tw (its exponent follows the fragments)
+  [[maybe_unused]] const int tw = MODE == k3xFp16 ? *reinterpret_cast<const int*>(p.wfrag + WB / 16) : 0;
+
+  int tile = blockIdx.x;
+  int buf = 0;
+  if (tile < p.total_tiles) load_patch<T, NWARPS>(p, tile_geom(p, tile), patch0, warp, lane);
+  cp_async_commit();
+
+  for (; tile < p.total_tiles; tile += gridDim.x) {
+    cp_async_wait_all();
+    fence_proxy_async();  // the weights arrived by cp.async; wgmma reads them
+    if constexpr (STAGED) asm volatile("bar.sync 3, %0;\n" ::"n"(NTHR) : "memory");
+    else __syncthreads();
+    const TileGeom tg = tile_geom(p, tile);
+    const int next = tile + gridDim.x;
+    // 3xFP16: the outputs come out scaled by 2^(ta + tw), up to 2^254 either
+    // way, so they are scaled back by two normal powers of two (exact: the
+    // intermediate lies between the accumulator and the output); -(ta + tw)
+    // below -252 leaves nothing above fp32's smallest value anyway
+    [[maybe_unused]] float unscale1 = 1.f, unscale2 = 1.f;
+    if constexpr (MODE == k3xFp16) {
+      const int ta = split_patch_fp16<NTHR>(p, tg, patch0, reinterpret_cast<float*>(smem + p.stage));
+      const int e = max(-(ta + tw), -252), e1 = e / 2;
+      unscale1 = pow2f(e1);
+      unscale2 = pow2f(e - e1);
+    }
+    if constexpr (NBUF == 2) {
+      if (next < p.total_tiles)
+        load_patch<T, NWARPS>(p, tile_geom(p, next), patch0 + (buf ^ 1) * buf_elems, warp, lane);
+      cp_async_commit();
+    }
+
+    const int mw = tg.m0 + wg * 64;
+    // warpgroup-uniform: wgmma needs all four warps
+    const bool active = (wg * 64 < p.MT) && (mw < tg.mend);
+    const int mrow = mw + wq * 16 + g;  // this thread's rows: mrow, mrow + 8
+    float acc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+
+    if (active) {
+      const unsigned char* Pb = reinterpret_cast<const unsigned char*>(patch0 + buf * buf_elems);
+      int pb[2];  // byte offsets of rows mrow, mrow + 8 in the patch
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int m = min(mrow + hh * 8, tg.mend - 1);  // clamp keeps reads in loaded rows
+        const int pp = m / p.Q, qq = m - pp * p.Q;
+        pb[hh] = (4 * p.rstr * (pp - tg.p_lo) + (4 * qq + p.shift) * p.sstr) * (int)sizeof(T);
+      }
+      auto ld32 = [&](int off) { return *reinterpret_cast<const uint32_t*>(Pb + off); };
+      auto ld16 = [&](int off) { return (uint32_t)*reinterpret_cast<const uint16_t*>(Pb + off); };
+      // A fragment of k step s (m16n8k16 / m16n8k8 order for this warp's 16 rows);
+      // 3xFP16 also As, the small parts: a patch word is one element's (hi, lo)
+      auto gather = [&](int s, uint32_t (&A)[4], uint32_t (&As)[4]) {
+        if constexpr (MODE == k3xFp16) {
+          const int2 lo = offk2[s * 8 + t], hi = offk2[s * 8 + t + 4];
+          const int2 ko[2] = {lo, hi};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int2 o = ko[e >> 1];
+            const uint32_t a = ld32(pb[e & 1] + o.x), b = ld32(pb[e & 1] + o.y);
+            A[e] = __byte_perm(a, b, 0x5410);
+            As[e] = __byte_perm(a, b, 0x7632);
+          }
+        } else if constexpr (MODE == k16) {
+          const int2 lo = offk2[s * 8 + t], hi = offk2[s * 8 + t + 4];
+          A[0] = ld16(pb[0] + lo.x) | (ld16(pb[0] + lo.y) << 16);
+          A[1] = ld16(pb[1] + lo.x) | (ld16(pb[1] + lo.y) << 16);
+          A[2] = ld16(pb[0] + hi.x) | (ld16(pb[0] + hi.y) << 16);
+          A[3] = ld16(pb[1] + hi.x) | (ld16(pb[1] + hi.y) << 16);
+        } else {
+          const int o0 = offk[s * 8 + t], o1 = offk[s * 8 + t + 4];
+          A[0] = ld32(pb[0] + o0); A[1] = ld32(pb[1] + o0);
+          A[2] = ld32(pb[0] + o1); A[3] = ld32(pb[1] + o1);
+          if constexpr (MODE == kTf32) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) A[e] = to_tf32(__uint_as_float(A[e]));
+          }
+        }
+      };
+      // Each A buffer is refilled only after the wait that retires the wgmma
+      // reading it (ptxas serializes the wgmmas otherwise), AHEAD steps
+      // before its own wgmma, so the gather latency hides behind the queue.
+      // 3xTF32 splits A into big (A) and small (As) parts as it is gathered.
+      uint32_t A[NB][4], As[split_b<MODE>() ? NB : 1][4];
+      auto fill = [&](int s, int u) {
+        gather(s, A[u], As[split_b<MODE>() ? u : 0]);
+        if constexpr (MODE == k3xTf32) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) split_3xtf32(__uint_as_float(A[u][e]), A[u][e], As[u][e]);
+        }
+      };
+#pragma unroll
+      for (int u = 0; u < AHEAD; ++u) fill(u, u);
+#pragma unroll 1
+      for (int s = 0; s < KS; s += NB) {
+#pragma unroll
+        for (int u = 0; u < NB; ++u) {
+          if (s + u < KS) {
+            const uint64_t desc = desc0 + (uint64_t)(((s + u) * NT8 * 256) >> 4);
+            gmma_fence();
+            if constexpr (split_b<MODE>()) {
+              // small products first, into the same fp32 accumulators
+              gmma_rs<TA, NT8>(acc, As[u], desc);
+              gmma_rs<TA, NT8>(acc, A[u], desc + kSmallB);
+            }
+            gmma_rs<TA, NT8>(acc, A[u], desc);
+            gmma_commit();
+            gmma_wait<NB - AHEAD>();
+            fill(s + u + AHEAD, (u + AHEAD) % NB);
+          }
+        }
+      }
+      gmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < NACC; ++i) pin(acc[i]);
+      if constexpr (MODE == k3xFp16) {
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) acc[i] = acc[i] * unscale1 * unscale2;
+      }
+    }
+
+    if constexpr (STAGED) {
+      asm volatile("bar.sync 2, %0;\n" ::"n"(NALL) : "memory");  // the store warps are done with the rows
+      const int px = wg * 64 + wq * 16;  // tile pixel of this warp's fragment row 0
+      // (rows hold MT pixels: a tile of MT = 32 leaves warps 2, 3 out)
+      if (active && px < p.MT) stage_rows<T, NT8>(acc, sbias, smem + p.stage, p.ls, px, lane);
+      asm volatile("bar.arrive 1, %0;\n" ::"n"(NALL) : "memory");  // rows staged
+      buf ^= 1;
+      continue;  // the next tile's bar.sync 2 orders the store warps' reads before new rows
+    }
+
+    if constexpr (NBUF == 1) {
+      __syncthreads();  // every warp is done reading the patch
+      if (next < p.total_tiles) load_patch<T, NWARPS>(p, tile_geom(p, next), patch0, warp, lane);
+      cp_async_commit();
+    } else {
+      buf ^= 1;
+    }
+
+    if (active) {
+      const bool ok0 = mrow < tg.mend, ok1 = mrow + 8 < tg.mend;
+      const size_t jstep = (size_t)8 * p.PQ;  // n8 block -> next one
+      const int kend = p.K - kg0;  // channels kg0 + kend at most
+      T* y0 = static_cast<T*>(p.y) + ((size_t)tg.n * p.K + kg0 + 2 * t) * p.PQ + mrow;
+      T* y1 = y0 + p.PQ;
+      // predicate-free stores unless the tile or the channel count is ragged
+      auto store = [&](auto full) {
+#pragma unroll
+        for (int j = 0; j < NT8; ++j) {
+          const int ch = j * 8 + 2 * t;
+          const float2 bv = *reinterpret_cast<const float2*>(sbias + ch);
+          if (full || ch < kend) {
+            if (full || ok0) y0[0] = from_f<T>(acc[j * 4] + bv.x);
+            if (full || ok1) y0[8] = from_f<T>(acc[j * 4 + 2] + bv.x);
+          }
+          if (full || ch + 1 < kend) {
+            if (full || ok0) y1[0] = from_f<T>(acc[j * 4 + 1] + bv.y);
+            if (full || ok1) y1[8] = from_f<T>(acc[j * 4 + 3] + bv.y);
+          }
+          y0 += jstep;
+          y1 += jstep;
+        }
+      };
+      if (ok1 && kend >= NT8 * 8) store(std::true_type{});
+      else store(std::false_type{});
+    }
+  }
+#endif
+}
+
+}  // namespace alexop::cuda::forward::gather

@@ -1,0 +1,44 @@
+// Launches the chosen forward kernel: a switch from the choice to the
+// launcher instantiation (instances.h lists them all).
+
+#include "launch.h"
+
+#include "../common/launch.h"
+#include "../reference/reference.h"
+#include "instances.h"
+
+#include <c10/util/Exception.h>
+
+namespace alexop::cuda::forward {
+
+void launch(const Choice& c, const Problem& p, const Args& a) {
+  const Kernel k = c.kernel;
+  if (k == Kernel::kNone) return;
+  if (k == Kernel::kGeneric) return reference::forward(a.input, a.weight, a.bias, p.pad, a.output);
+  const c10::ScalarType t = c.dtype;
+  // the gather kernels' instantiation: (wgmma, CTAs an SM, staged) by family
+  const bool gather = k == Kernel::kMmaSync || k == Kernel::kGmma || k == Kernel::kGmma2Cta || k == Kernel::kGmmaStaged;
+  const bool gmma = k != Kernel::kMmaSync, staged = k == Kernel::kGmmaStaged;
+  const int cps = k == Kernel::kGmma2Cta ? 2 : 1;
+#define ALEXOP_PLANES(T, N8) \
+  if (k == Kernel::kPlanes && is_dtype<T>(t) && c.nt8 == N8) return planes::launch<T, N8>(p, a);
+#define ALEXOP_S2D(T, M, N8) \
+  if (k == Kernel::kS2d && is_dtype<T>(t) && c.mode == M && c.nt8 == N8) return gather::launch_s2d<T, M, N8>(p, a);
+#define ALEXOP_GATHER(T, M, N8, NB, G, CPS, ST)                                                         \
+  if (gather && is_dtype<T>(t) && c.mode == M && c.nt8 == N8 && gmma == G && cps == CPS && staged == ST) \
+    return gather::launch<T, M, N8, NB, G, CPS, ST>(p, a);
+  ALEXOP_FWD_PLANES(ALEXOP_PLANES, float)
+  ALEXOP_FWD_PLANES(ALEXOP_PLANES, __nv_bfloat16)
+  ALEXOP_FWD_PLANES(ALEXOP_PLANES, __half)
+  ALEXOP_FWD_S2D(ALEXOP_S2D, __nv_bfloat16)
+  ALEXOP_FWD_S2D(ALEXOP_S2D, __half)
+  ALEXOP_FWD_MMA_FP32(ALEXOP_GATHER)
+  ALEXOP_FWD_MMA_16(ALEXOP_GATHER, __nv_bfloat16)
+  ALEXOP_FWD_MMA_16(ALEXOP_GATHER, __half)
+  ALEXOP_FWD_GMMA_FP32(ALEXOP_GATHER)
+  ALEXOP_FWD_GMMA_16(ALEXOP_GATHER, __nv_bfloat16)
+  ALEXOP_FWD_GMMA_16(ALEXOP_GATHER, __half)
+  TORCH_INTERNAL_ASSERT(false, "forward: no kernel instantiated for ", name(c));
+}
+
+}  // namespace alexop::cuda::forward

@@ -1,0 +1,45 @@
+#pragma once
+// The forward's kernel choice: a pure function from a problem description to
+// a named kernel, and the only place a forward kernel is chosen (select.cu).
+
+#include "../common/problem.h"
+
+#include <string>
+
+namespace alexop::cuda::forward {
+
+// A forward problem as the kernels see it: input (N, C, H, W) dense in NCHW
+// or channels_last, weight (K, C, 11, 11) contiguous, the output (N, K, P,
+// Q) NCHW, freshly allocated.
+struct Problem : ProblemBase {
+  bool nhwc = false;     // channels_last input
+  int input_align = 1;   // alignment of the input's address (common/device.h)
+  int output_align = 1;  // and of the output's
+};
+
+// Kernel families; the math and channel tiling are the Choice's parameters.
+enum class Kernel {
+  kNone,        // an empty output: nothing runs
+  kGeneric,     // reference/: one thread an output, any shape and dtype
+  kPlanes,      // planes.cuh: wgmma, both operands from shared memory (TF32, 16-bit)
+  kS2d,         // s2d.cuh: wgmma, space-to-depth (16-bit)
+  kGmmaStaged,  // gmma.cuh: wgmma gather and a store warpgroup (16-bit)
+  kGmma2Cta,    // gmma.cuh: wgmma gather, two CTAs an SM (16-bit)
+  kGmma,        // gmma.cuh: wgmma gather, one CTA an SM (TF32, 3xFP16, 3xTF32)
+  kMmaSync,     // mma_sync.cuh: mma.sync gather, sm_80+ (every precision)
+};
+
+struct Choice {
+  Kernel kernel = Kernel::kGeneric;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  MathMode mode = kTf32;  // the kernel's MODE: what its products compute
+  int nt8 = 0;            // n8 tiles a CTA holds: 8 * nt8 output channels
+  int groups = 1;         // channel groups (CTAs along grid y) covering K
+};
+
+Choice select(const Problem& p);
+
+// e.g. "fwd_planes_bf16_c96", "fwd_mma_3xtf32_split_g16", "fwd_generic"
+std::string name(const Choice& c);
+
+}  // namespace alexop::cuda::forward

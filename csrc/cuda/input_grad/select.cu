@@ -1,0 +1,77 @@
+// The input gradient's kernel choice. Decision tree, first match wins; a
+// kernel that does not fit (plan.cu) falls through:
+//
+//  1. empty grad_input                      -> none
+//  2. !tc_shape                             -> generic (cuBLAS + fold)  [outside the kernels' limits]
+// float32:
+//  3. "high" or "medium"                    -> mma.sync TF32, else generic  [a TF32 wgmma version was slower]
+//  4. wgmma                                 -> gmma 3xFP16  [twice TF32's rate, A by descriptor]
+//  5.                                       -> mma.sync 3xTF32, else generic
+// bf16 / fp16:
+//  6. wgmma                                 -> gmma 16-bit
+//  7.                                       -> mma.sync 16-bit, else generic
+// Every batch size takes the tensor-core kernels: at small batches the
+// GEMM + fold costs more, in host time too.
+
+#include "select.h"
+
+#include "../common/constants.h"
+
+#include <cstdint>
+
+namespace alexop::cuda::input_grad {
+namespace {
+
+using c10::ScalarType;
+
+// The kernels' limits: 3 channels, padding and sizes their 32-bit
+// arithmetic holds (a dy image and an input image under 2^31 elements),
+// sm_80+, fp32 / 16-bit.
+bool tc_shape(const Problem& p) {
+  return p.C == kC && p.K >= 1 && p.pad >= 0 && p.pad <= 4096 && p.H >= 1 && p.W >= 1 && p.H <= (1 << 20) &&
+         p.W <= (1 << 20) && p.K * p.P * p.Q < INT32_MAX && kC * p.H * p.W < INT32_MAX && p.dev.sm >= 80 &&
+         (p.dtype == ScalarType::Float || p.dtype == ScalarType::BFloat16 || p.dtype == ScalarType::Half);
+}
+
+Choice make(Kernel k, const Problem& p, MathMode mode) {
+  Choice c;
+  c.kernel = k;
+  c.dtype = p.dtype;
+  c.mode = mode;
+  return c;
+}
+
+// The mma.sync kernel where it fits, else the reference.
+Choice mma_or_generic(const Problem& p, MathMode mode) {
+  return phase_fits(p, mode == k16 ? 16 : 8) ? make(Kernel::kMmaSync, p, mode) : make(Kernel::kGeneric, p, mode);
+}
+
+Choice select_fp32(const Problem& p) {
+  if (p.math != Fp32Math::kAccurate) return mma_or_generic(p, kTf32);
+  if (p.dev.sm90a && x3_fits(p)) return make(Kernel::kGmma3xFp16, p, k3xFp16);
+  return mma_or_generic(p, k3xTf32);
+}
+
+Choice select_16(const Problem& p) {
+  if (p.dev.sm90a && phase_fits(p, 16)) return make(Kernel::kGmma, p, k16);
+  return mma_or_generic(p, k16);
+}
+
+constexpr const char* kModeNames[] = {"3xtf32", "tf32", "", "3xfp16"};
+constexpr const char* kKernelNames[] = {"none", "dgrad_cublas_fold", "dgrad_gmma", "dgrad_gmma", "dgrad_mma"};
+
+}  // namespace
+
+Choice select(const Problem& p) {
+  if (p.N * p.C * p.H * p.W == 0) return make(Kernel::kNone, p, k16);
+  if (!tc_shape(p)) return make(Kernel::kGeneric, p, k16);
+  return p.dtype == ScalarType::Float ? select_fp32(p) : select_16(p);
+}
+
+std::string name(const Choice& c) {
+  const std::string s = kKernelNames[(int)c.kernel];
+  if (c.kernel == Kernel::kNone || c.kernel == Kernel::kGeneric) return s;
+  return s + "_" + (c.mode == k16 ? (c.dtype == ScalarType::Half ? "fp16" : "bf16") : kModeNames[c.mode]);
+}
+
+}  // namespace alexop::cuda::input_grad

@@ -1,0 +1,42 @@
+#pragma once
+// The input gradient's kernel choice: a pure function from a problem
+// description to a named kernel, and the only place an input-gradient kernel
+// is chosen (select.cu).
+
+#include "../common/problem.h"
+
+#include <string>
+
+namespace alexop::cuda::input_grad {
+
+// An input-gradient problem: grad_output (N, K, P, Q) and weight (K, C, 11,
+// 11) contiguous, grad_input (N, C, H, W) NCHW, freshly allocated; no more
+// than the base describes.
+struct Problem : ProblemBase {};
+
+enum class Kernel {
+  kNone,         // an empty grad_input: nothing runs
+  kGeneric,      // reference/: cuBLAS GEMMs and a fold
+  kGmma3xFp16,   // x3.cu: wgmma, fp32-accurate as 3xFP16, A by descriptor
+  kGmma,         // gmma.cuh: wgmma, A gathered from the dy window (16-bit)
+  kMmaSync,      // mma_sync.cu: mma.sync, sm_80+ (3xTF32, TF32, 16-bit)
+};
+
+struct Choice {
+  Kernel kernel = Kernel::kGeneric;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  MathMode mode = k16;  // the kernel's MODE: what its products compute
+};
+
+Choice select(const Problem& p);
+
+// e.g. "dgrad_gmma_bf16", "dgrad_mma_3xtf32", "dgrad_cublas_fold"
+std::string name(const Choice& c);
+
+// The kernels' fits (plan.cu): a tiling whose dy window fits the stage
+// buffers, resident B and two stage buffers in shared memory, tile and cell
+// counts in 32 bits. stage_channels: 16 for 16-bit operands, else 8.
+bool phase_fits(const Problem& p, int stage_channels);
+bool x3_fits(const Problem& p);
+
+}  // namespace alexop::cuda::input_grad

@@ -1,0 +1,107 @@
+// The weight gradient's kernel choice. Decision tree, first match wins:
+//
+//  1. !tc_shape                             -> generic  [outside the kernels' limits: K = 64 or 96, ...]
+// float32 (3xFP16 / 3xTF32 for "highest"; "high" and "medium" take TF32):
+//  2. wgmma, grad_output 16-byte aligned    -> gmma 3xFP16 | TF32  [dy staged by 16-byte copies]
+//  3.                                       -> mma.sync 3xTF32 | TF32
+// bf16 / fp16:
+//  4. wgmma, planes_shape, planes_aligned, planes_fit -> planes  [A and B by descriptor, no gather]
+//  5. wgmma, grad_output 16-byte aligned, pairs_ok    -> gmma 16-bit
+//  6. pairs_ok, grad_output 4-byte aligned  -> mma.sync, 4-byte pair copies
+//  7.                                       -> mma.sync, register-staged, any strides
+// The wgmma kernel copies input rows by 16 bytes (vec) where vec_ok, else by
+// 4 (one fp32 element or a 16-bit pair).
+
+#include "select.h"
+
+#include "../common/constants.h"
+
+#include <cstdint>
+
+namespace alexop::cuda::weight_grad {
+namespace {
+
+using c10::ScalarType;
+
+// The kernels' limits: 3 channels, 64 or 96 filters, a non-empty batch,
+// offsets inside an image and a dy plane in 32 bits, sm_80+, fp32 / 16-bit.
+bool tc_shape(const Problem& p) {
+  return p.C == kC && (p.K == 64 || p.K == 96) &&
+         (p.dtype == ScalarType::Float || p.dtype == ScalarType::BFloat16 || p.dtype == ScalarType::Half) &&
+         p.N >= 1 && p.P >= 1 && p.Q >= 1 && p.pad >= 0 && p.pad <= (1 << 20) && p.input_stride0 <= INT32_MAX &&
+         p.H * p.W * kC <= INT32_MAX &&
+         p.P * p.Q <= INT32_MAX && p.dev.sm >= 80;
+}
+
+// The phase-plane kernel serves outputs 48 to 55 wide (AlexNet's), K <= 96.
+bool planes_shape(const Problem& p) { return p.K <= 96 && p.Q >= 48 && p.Q <= 55; }
+
+// Its input pieces are 4-byte words of one column pair; dy runs are copied
+// from their 16-byte boundaries, which stay inside an aligned allocation.
+bool planes_aligned(const Problem& p) {
+  return p.pad % 2 == 0 && p.W % 2 == 0 && !p.nhwc && p.input_align >= 4 && p.grad_output_align >= 16;
+}
+
+// 16-bit input rows copied as 4-byte pairs: NCHW, even width, aligned.
+bool pairs_ok(const Problem& p) { return !p.nhwc && p.W % 2 == 0 && p.input_align >= 4; }
+
+// Input rows copied by 16 bytes: NCHW rows of whole 16-byte chunks, aligned.
+bool vec_ok(const Problem& p) {
+  const int per16 = p.dtype == ScalarType::Float ? 4 : 8;
+  return !p.nhwc && p.W % per16 == 0 && p.input_align >= 16;
+}
+
+Choice make(Kernel k, const Problem& p, MathMode mode) {
+  Choice c;
+  c.kernel = k;
+  c.dtype = p.dtype;
+  c.mode = mode;
+  c.channels = (int)p.K;
+  c.vec = k == Kernel::kGmma && vec_ok(p);
+  c.transposed = p.transposed;
+  return c;
+}
+
+Choice select_fp32(const Problem& p) {
+  const bool accurate = p.math == Fp32Math::kAccurate;
+  if (p.dev.sm90a && p.grad_output_align >= 16) return make(Kernel::kGmma, p, accurate ? k3xFp16 : kTf32);
+  return make(Kernel::kMmaSync, p, accurate ? k3xTf32 : kTf32);
+}
+
+Choice select_16(const Problem& p) {
+  if (p.dev.sm90a && planes_shape(p) && planes_aligned(p) && planes_fit(p, p.K <= 64 ? 8 : 12))
+    return make(Kernel::kPlanes, p, k16);
+  if (p.dev.sm90a && p.grad_output_align >= 16 && pairs_ok(p)) return make(Kernel::kGmma, p, k16);
+  if (pairs_ok(p) && p.grad_output_align >= 4) return make(Kernel::kMmaSyncPairs, p, k16);
+  return make(Kernel::kMmaSyncStrided, p, k16);
+}
+
+constexpr const char* kModeNames[] = {"3xtf32", "tf32", "", "3xfp16"};
+constexpr const char* kKernelNames[] = {"wgrad_generic", "wgrad_planes", "wgrad_gmma",
+                                        "wgrad_mma",     "wgrad_mma",    "wgrad_mma"};
+
+}  // namespace
+
+Choice select(const Problem& p) {
+  if (!tc_shape(p)) {
+    Choice c;
+    c.dtype = p.dtype;
+    c.transposed = p.transposed;
+    return c;
+  }
+  return p.dtype == ScalarType::Float ? select_fp32(p) : select_16(p);
+}
+
+std::string name(const Choice& c) {
+  std::string s = c.transposed ? "nhwc3_to_nchw+" : "";
+  s += kKernelNames[(int)c.kernel];
+  if (c.kernel == Kernel::kGeneric) return s;
+  s += "_";
+  s += c.mode == k16 ? (c.dtype == ScalarType::Half ? "fp16" : "bf16") : kModeNames[c.mode];
+  if (c.kernel == Kernel::kMmaSyncPairs) s += "_pairs";
+  if (c.kernel == Kernel::kMmaSyncStrided) s += "_strided";
+  s += "_c" + std::to_string(c.channels);
+  return c.vec ? s + "_vec" : s;
+}
+
+}  // namespace alexop::cuda::weight_grad

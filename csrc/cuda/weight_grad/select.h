@@ -1,0 +1,51 @@
+#pragma once
+// The weight gradient's kernel choice: a pure function from a problem
+// description to a named kernel, and the only place a weight-gradient kernel
+// is chosen (select.cu).
+
+#include "../common/problem.h"
+
+#include <string>
+
+namespace alexop::cuda::weight_grad {
+
+// A weight-gradient problem as the kernels see it: grad_output (N, K, P, Q)
+// NCHW contiguous, the input (N, C, H, W) dense in NCHW or channels_last
+// (16-bit inputs reach it as NCHW, see nchw_input.h).
+struct Problem : ProblemBase {
+  bool nhwc = false;          // channels_last input
+  int64_t input_stride0 = 0;  // the input's image stride
+  int input_align = 1;        // alignment of the input's address (common/device.h)
+  int grad_output_align = 1;  // and of grad_output's
+  bool transposed = false;    // the input was transposed to NCHW first (nchw_input.h)
+};
+
+enum class Kernel {
+  kGeneric,        // reference/: a block per weight, any shape and dtype
+  kPlanes,         // planes.cuh: wgmma on phase planes (16-bit)
+  kGmma,           // gmma.cuh: wgmma, A gathered from the input-row ring
+  kMmaSync,        // mma_sync.cuh wgrad_f32_kernel (fp32)
+  kMmaSyncPairs,   // mma_sync.cuh wgrad_h16_kernel (16-bit, 4-byte pairs)
+  kMmaSyncStrided, // mma_sync.cuh wgrad_partial_kernel (16-bit, any strides)
+};
+
+struct Choice {
+  Kernel kernel = Kernel::kGeneric;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  MathMode mode = k16;      // the kernel's MODE: what its products compute
+  int channels = 0;         // the K it is built for: 64 or 96
+  bool vec = false;         // kGmma: input rows by 16-byte copies
+  bool transposed = false;  // the input was transposed first (a kernel of its own)
+};
+
+Choice select(const Problem& p);
+
+// e.g. "wgrad_planes_bf16_c96", "wgrad_gmma_3xfp16_c96_vec",
+// "nhwc3_to_nchw+wgrad_planes_bf16_c96", "wgrad_generic"
+std::string name(const Choice& c);
+
+// The phase-plane kernel's fit (plan.cu): its shared memory, 4 tiles an SM
+// or more, tile counts in 32 bits.
+bool planes_fit(const Problem& p, int nt8);
+
+}  // namespace alexop::cuda::weight_grad

@@ -1,0 +1,125 @@
+"""alexop.kernel_for: the names of the kernels the operators choose, asked
+without running anything. On CUDA the expected names follow the selectors'
+decision trees (csrc/cuda/*/select.cu) for AlexNet's first layer."""
+
+import pytest
+import torch
+
+import alexop
+from conftest import make_inputs, needs_cuda
+
+KEYS = ("forward", "weight_grad", "input_grad")
+
+
+def test_cpu_names():
+    x, w, _ = make_inputs(2, 3, 8, 32, 32)
+    assert alexop.kernel_for(x, w) == dict.fromkeys(KEYS, "cpu_gemm")
+    assert alexop.kernel_for(x, w, padding=0) == dict.fromkeys(KEYS, "cpu_gemm")
+
+
+def test_checks_arguments_like_the_forward():
+    x, w, _ = make_inputs(2, 3, 8, 32, 32)
+    with pytest.raises(RuntimeError, match="11x11"):
+        alexop.kernel_for(x, w[..., :5, :5])
+    with pytest.raises(RuntimeError, match="padding >= 0"):
+        alexop.kernel_for(x, w, -1)
+    with pytest.raises(RuntimeError, match="input channels"):
+        alexop.kernel_for(x[:, :2], w)
+
+
+def test_schema():
+    schema = str(torch.ops.alexop._kernel_for.default._schema)
+    assert schema == "alexop::_kernel_for(Tensor input, Tensor weight, int padding=2) -> str[]"
+
+
+def test_exported():
+    assert "kernel_for" in alexop.__all__
+
+
+# AlexNet's first layer: batch 256, 3 -> 96 channels, 224 x 224, padding 2.
+ALEXNET = (256, 3, 96, 224, 224, 2)
+
+# (dtype, float32 matmul precision) -> names of (forward, weight_grad,
+# input_grad) on sm_90a (H100 / H200), then on A100 (108 SMs, 163 KB of
+# shared memory a block: the fp32 weights of 96 channels leave no room for a
+# patch, so the fp32-accurate forwards split them into groups of 48 and TF32,
+# which has no split, takes the reference kernel; the fp32 input gradient's
+# weights and stage buffers do not fit either).
+EXPECTED = {
+    (torch.bfloat16, "highest"): (
+        ("fwd_planes_bf16_c96", "wgrad_planes_bf16_c96", "dgrad_gmma_bf16"),
+        ("fwd_mma_bf16_pairs_c96", "wgrad_mma_bf16_pairs_c96", "dgrad_mma_bf16"),
+    ),
+    (torch.float16, "highest"): (
+        ("fwd_planes_fp16_c96", "wgrad_planes_fp16_c96", "dgrad_gmma_fp16"),
+        ("fwd_mma_fp16_pairs_c96", "wgrad_mma_fp16_pairs_c96", "dgrad_mma_fp16"),
+    ),
+    (torch.float32, "highest"): (
+        ("fwd_gmma_3xfp16_c96", "wgrad_gmma_3xfp16_c96_vec", "dgrad_gmma_3xfp16"),
+        ("fwd_mma_3xtf32_split_g48", "wgrad_mma_3xtf32_c96", "dgrad_cublas_fold"),
+    ),
+    (torch.float32, "high"): (
+        ("fwd_gmma_3xfp16_c96", "wgrad_gmma_tf32_c96_vec", "dgrad_mma_tf32"),
+        ("fwd_mma_bf16x3_split_g48", "wgrad_mma_tf32_c96", "dgrad_cublas_fold"),
+    ),
+    (torch.float32, "medium"): (
+        ("fwd_planes_tf32_c96", "wgrad_gmma_tf32_c96_vec", "dgrad_mma_tf32"),
+        ("fwd_generic", "wgrad_mma_tf32_c96", "dgrad_cublas_fold"),
+    ),
+}
+
+
+@pytest.fixture
+def gpu():
+    """Which column of EXPECTED this GPU takes: 0 for sm_90 (the default build
+    carries sm_90a code), 1 for A100; other GPUs skip."""
+    major, minor = torch.cuda.get_device_capability()
+    if major == 9:
+        return 0
+    if (major, minor) == (8, 0):
+        return 1
+    pytest.skip("expectations are written for sm_90 (H100 / H200) and sm_80 (A100)")
+
+
+def _names(n, c, k, h, w, p, dtype, precision, channels_last=False):
+    x = torch.empty(n, c, h, w, device="cuda", dtype=dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    wt = torch.empty(k, c, 11, 11, device="cuda", dtype=dtype)
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        return alexop.kernel_for(x, wt, p)
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", list(EXPECTED), ids=lambda c: f"{str(c[0])[6:]}-{c[1]}")
+def test_alexnet_selection(case, gpu):
+    dtype, precision = case
+    assert _names(*ALEXNET, dtype, precision) == dict(zip(KEYS, EXPECTED[case][gpu]))
+
+
+@needs_cuda
+def test_hopper_channels_last_and_small_batch(gpu):
+    if gpu != 0:
+        pytest.skip("sm_90 expectations")
+    # 16-bit channels_last: the weight gradient transposes the input first
+    assert _names(*ALEXNET, torch.bfloat16, "highest", channels_last=True) == {
+        "forward": "fwd_planes_bf16_c96",
+        "weight_grad": "nhwc3_to_nchw+wgrad_planes_bf16_c96",
+        "input_grad": "dgrad_gmma_bf16",
+    }
+    # fp32 channels_last rows are not 16-byte copies
+    assert _names(*ALEXNET, torch.float32, "highest", channels_last=True)["weight_grad"] == "wgrad_gmma_3xfp16_c96"
+    # one image: too few tiles for 3xFP16; 3xTF32 in channel groups of 16
+    assert _names(1, 3, 96, 224, 224, 2, torch.float32, "highest")["forward"] == "fwd_mma_3xtf32_split_g16"
+
+
+@needs_cuda
+def test_outside_the_tensor_core_kernels():
+    names = _names(2, 3, 96, 64, 64, 2, torch.float64, "highest")
+    assert names == {"forward": "fwd_generic", "weight_grad": "wgrad_generic", "input_grad": "dgrad_cublas_fold"}
+    names = _names(0, 3, 96, 64, 64, 2, torch.float32, "highest")
+    assert names["forward"] == "none" and names["input_grad"] == "none"
