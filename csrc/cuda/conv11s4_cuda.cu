@@ -1,18 +1,22 @@
 // The CUDA dispatch key of the alexop operators: argument checks, output
 // allocation, the problem description each op's kernel choice is made from,
 // and the launch of the chosen kernel. Which kernel runs is decided by the
-// selectors alone (forward/, weight_grad/, input_grad/ select.cu; the
-// reference kernels in reference/ serve every problem no tensor-core kernel
-// takes). _kernel_for asks the same selectors without launching anything.
+// selectors alone (forward/, weight_grad/, input_grad/ select.cu): alexop's
+// tensor-core kernels where they win, cuDNN (cudnn/) where they would not,
+// the reference kernels (reference/) for float64. _kernel_for asks the same
+// selectors without launching anything.
 
 #include "../conv11s4.h"
+#include "common/constants.h"
 #include "common/device.h"
+#include "cudnn/conv11s4_cudnn.h"
 #include "forward/launch.h"
 #include "input_grad/launch.h"
 #include "weight_grad/launch.h"
 #include "weight_grad/nchw_input.h"
 
 #include <ATen/Context.h>
+#include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -110,6 +114,28 @@ cuda::weight_grad::Problem weight_grad_problem(
   return p;
 }
 
+// float32 may use TF32 in cuDNN where alexop hands it a problem as the
+// precision setting allows: under "high" and "medium", never "highest".
+bool cudnn_tf32() { return fp32_math() != cuda::Fp32Math::kAccurate; }
+
+// A 1- or 2-channel tensor with zero channels added up to 3, NCHW: what the
+// 3-channel kernels take in a pad3 choice.
+at::Tensor pad3(const at::Tensor& t) {
+  return at::constant_pad_nd(t, {0, 0, 0, 0, 0, cuda::kC - t.size(1)}).contiguous();
+}
+
+// The weight-gradient problem of an input as the kernels would receive it
+// (nchw_input.h), before any copy is made: a copy is NCHW and fresh.
+cuda::weight_grad::Problem weight_grad_problem_of(
+    const at::Tensor& input, int64_t K, int64_t padding,
+    cuda::weight_grad::InputPrep prep, int grad_output_align) {
+  const bool as_is = prep == cuda::weight_grad::InputPrep::kAsIs;
+  return weight_grad_problem(
+      input, K, padding, as_is ? operand(input) : kFresh,
+      as_is ? input.stride(0) : input.size(1) * input.size(2) * input.size(3),
+      grad_output_align, prep == cuda::weight_grad::InputPrep::kTranspose);
+}
+
 at::Tensor conv11s4_cuda(
     const at::Tensor& input,
     const at::Tensor& weight,
@@ -118,18 +144,26 @@ at::Tensor conv11s4_cuda(
   const auto size = check_conv11s4(input, weight, bias_opt, padding);
   check_dtype("alexop.conv11s4", input, kCudaTypes, "CUDA");
   const c10::cuda::CUDAGuard guard(input.device());
+  auto x = dense_input(input);
+  auto w = weight.contiguous();
+  auto p = forward_problem(x, w, padding, operand(x), kFresh.align);
+  auto choice = cuda::forward::select(p);
+  if (choice.kernel == cuda::forward::Kernel::kCudnn) {
+    return cuda::conv11s4_cudnn(input, weight, bias_opt, padding, cudnn_tf32());
+  }
+  if (choice.pad3) {
+    x = pad3(x);
+    w = pad3(w);
+    p = forward_problem(x, w, padding, operand(x), kFresh.align);
+    choice = cuda::forward::select(p);
+  }
   auto output = at::empty(
       {size[0].expect_int(), size[1].expect_int(), size[2].expect_int(),
        size[3].expect_int()},
       input.options());
-  const auto x = dense_input(input);
-  const auto w = weight.contiguous();
   const bool has_bias = bias_opt.has_value() && bias_opt->defined();
   const auto b = has_bias ? bias_opt->contiguous() : at::Tensor();
-  const auto p = forward_problem(
-      x, w, padding, operand(x), cuda::alignment(output.const_data_ptr()));
-  cuda::forward::launch(
-      cuda::forward::select(p), p, {x, w, has_bias ? &b : nullptr, output});
+  cuda::forward::launch(choice, p, {x, w, has_bias ? &b : nullptr, output});
   return output;
 }
 
@@ -143,14 +177,27 @@ at::Tensor conv11s4_backward_input_cuda(
       "alexop.conv11s4_backward_input", grad_output, kCudaTypes, "CUDA");
   const c10::cuda::CUDAGuard guard(grad_output.device());
   const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
-  auto grad_input = at::empty(input_size, grad_output.options());
   const auto gy = grad_output.contiguous();
-  const auto w = weight.contiguous();
-  const cuda::input_grad::Problem p{
+  auto w = weight.contiguous();
+  cuda::input_grad::Problem p{
       problem_base(grad_output, input_size, w.size(0), padding)};
-  cuda::input_grad::launch(
-      cuda::input_grad::select(p), p, {gy, w, grad_input});
-  return grad_input;
+  auto choice = cuda::input_grad::select(p);
+  if (choice.kernel == cuda::input_grad::Kernel::kCudnn) {
+    return cuda::conv11s4_backward_input_cudnn(
+        gy, w, input_size, padding, cudnn_tf32());
+  }
+  if (!choice.pad3) {
+    auto grad_input = at::empty(input_size, grad_output.options());
+    cuda::input_grad::launch(choice, p, {gy, w, grad_input});
+    return grad_input;
+  }
+  // computed for 3 channels with zero weights added, then cut to C
+  w = pad3(w);
+  const int64_t size3[] = {input_size[0], cuda::kC, input_size[2], input_size[3]};
+  p = cuda::input_grad::Problem{problem_base(grad_output, size3, w.size(0), padding)};
+  auto grad_input = at::empty(size3, grad_output.options());
+  cuda::input_grad::launch(cuda::input_grad::select(p), p, {gy, w, grad_input});
+  return grad_input.narrow(1, 0, input_size[1]).contiguous();
 }
 
 std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
@@ -164,19 +211,28 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
       "alexop.conv11s4_backward_weight", input, kCudaTypes, "CUDA");
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t K = wsize[0].expect_int();
-  auto grad_weight = at::empty(
-      {K, input.size(1), kKernelSize, kKernelSize}, input.options());
-  auto grad_bias = at::empty({bias_grad ? K : 0}, input.options());
   const auto gy = grad_output.contiguous();
+  const int gy_align = cuda::alignment(gy.const_data_ptr());
   const auto prep = cuda::weight_grad::input_prep(input);
-  const auto x = cuda::weight_grad::prepare_input(input, prep);
+  auto choice = cuda::weight_grad::select(
+      weight_grad_problem_of(input, K, padding, prep, gy_align));
+  if (choice.kernel == cuda::weight_grad::Kernel::kCudnn) {
+    return cuda::conv11s4_backward_weight_cudnn(
+        gy, input, K, padding, bias_grad, cudnn_tf32());
+  }
+  const auto x = choice.pad3 ? pad3(input)
+                             : cuda::weight_grad::prepare_input(input, prep);
   const auto p = weight_grad_problem(
-      x, K, padding, operand(x), x.stride(0),
-      cuda::alignment(gy.const_data_ptr()),
-      prep == cuda::weight_grad::InputPrep::kTranspose);
+      x, K, padding, operand(x), x.stride(0), gy_align, choice.transposed);
+  auto grad_weight = at::empty(
+      {K, x.size(1), kKernelSize, kKernelSize}, input.options());
+  auto grad_bias = at::empty({bias_grad ? K : 0}, input.options());
   cuda::weight_grad::launch(
       cuda::weight_grad::select(p), p,
       {gy, x, grad_weight, bias_grad ? &grad_bias : nullptr});
+  if (choice.pad3) {
+    grad_weight = grad_weight.narrow(1, 0, input.size(1)).contiguous();
+  }
   return {grad_weight, grad_bias};
 }
 
@@ -192,12 +248,9 @@ std::vector<std::string> kernel_for_cuda(
   const auto fwd = forward_problem(
       input, weight, padding, dense(input) ? operand(input) : kFresh,
       kFresh.align);
-  const auto prep = cuda::weight_grad::input_prep(input);
-  const bool as_is = prep == cuda::weight_grad::InputPrep::kAsIs;
-  const auto wgrad = weight_grad_problem(
-      input, weight.size(0), padding, as_is ? operand(input) : kFresh,
-      as_is ? input.stride(0) : input.size(1) * input.size(2) * input.size(3),
-      kFresh.align, prep == cuda::weight_grad::InputPrep::kTranspose);
+  const auto wgrad = weight_grad_problem_of(
+      input, weight.size(0), padding, cuda::weight_grad::input_prep(input),
+      kFresh.align);
   const cuda::input_grad::Problem dgrad{
       problem_base(input, input.sizes(), weight.size(0), padding)};
   return {

@@ -64,13 +64,16 @@ at::Tensor conv11s4_backward_input_cudnn(
     bool allow_tf32) {
   // The input gradient is the transposed convolution of grad_output; the
   // rows and columns the forward's windows never reached (at most 3) come
-  // back as output padding.
+  // back as output padding. cuDNN's channels_last kernels for it are the
+  // fast ones (its NCHW TF32 ones take up to 4x as long).
   const int64_t pad[] = {padding, padding};
   const int64_t output_padding[] = {
       input_size[2] + 2 * padding - ((grad_output.size(2) - 1) * kStride + kKernelSize),
       input_size[3] + 2 * padding - ((grad_output.size(3) - 1) * kStride + kKernelSize)};
+  const auto nhwc = at::MemoryFormat::ChannelsLast;
   return at::_convolution(
-             grad_output, weight, std::nullopt, kStrides, pad, kDilation, /*transposed=*/true,
+             grad_output.contiguous(nhwc), weight.contiguous(nhwc), std::nullopt, kStrides, pad, kDilation,
+             /*transposed=*/true,
              output_padding, /*groups=*/1, context().benchmarkCuDNN(), context().deterministicCuDNN(),
              context().userEnabledCuDNN(), allow_tf32)
       .contiguous();

@@ -1,31 +1,32 @@
 // The forward's kernel choice. Decision tree, first match wins; "fits" is
 // the kernel's plan (plan.h: shared memory, tile counts in 32 bits), and a
-// rule whose kernel does not fit falls through to the next one, or to the
-// reference kernel where it says "else generic". [why]
+// choice that does not fit falls through to the next rule unless marked
+// "(else cudnn)":
 //
-//  1. empty output                        -> none
-//  2. !tc_shape                           -> generic  [outside the kernels' limits]
+//  1. empty output                                  -> none
+//  2. float64                                       -> generic   [the reference; no tensor-core kernel]
+//  3. 1 or 2 input channels (pad3_pays)             -> pad3 + the 3-channel choice [a zero channel is cheaper than cuDNN]
+//  4. not a tensor-core problem (tc_shape)          -> cudnn     [outside the kernels' limits: cuDNN is faster there]
 // float32, Fp32Math::kAccurate ("highest"):
-//  3. wgmma, h3_fills                     -> gmma 3xFP16, K <= 64 | 96 in one CTA  [twice TF32's rate]
-//  4. wgmma, h3_fills, K > 64             -> gmma 3xTF32, groups of 48, else generic  [3xFP16 did not fit]
-//  5.                                     -> split rule, 3xTF32
+//  5. wgmma, K <= 96, tiles fill the GPU (h3_fills) -> gmma 3xFP16, one CTA of K <= 64 | 96 [twice TF32's rate]
+//  6. wgmma, K > 64, the same fill (5 did not fit)  -> gmma 3xTF32, groups of 48 (else cudnn) [B big + small for 96 does not fit]
+//  7. otherwise                                     -> mma.sync 3xTF32, split rule
 // float32, Fp32Math::kBf16x3 ("high"):
-//  6. wgmma, h3_fills                     -> gmma 3xFP16  [faster and more accurate than bf16x3]
-//  7.                                     -> split rule, bf16x3
-// split rule (split_groups): channel groups of 48, 32 or 16 where they shorten the busiest SM's
-//    queue by 10%, else all K <= 96 channels in one CTA, else groups of 48 -> mma.sync, else generic
+//  8. as 5                                          -> gmma 3xFP16 [faster and more accurate than bf16x3]
+//  9. otherwise                                     -> mma.sync bf16x3, split rule
+// split rule: channel groups of 48, 32 or 16 where split_cost says they
+//  shorten the busiest SM's queue by 10%, else all channels in one group
+//  (K <= 96; groups of 48 where that does not fit)  -> mma.sync (else cudnn)
 // float32, Fp32Math::kTf32 ("medium"):
-//  8. wgmma, planes_shape                 -> planes TF32  [A by descriptor, no gather]
-//  9. K > 96                              -> generic  [fp32 weights of K > 96 leave no room for a patch]
-// 10. wgmma                               -> gmma TF32
-// 11.                                     -> mma.sync TF32, else generic
-// bf16 / fp16 (mode k16Pairs for NCHW of even padding: a k pair per patch word; else k16):
-// 12. wgmma, planes_shape, planes16_aligned -> planes 16-bit
-// 13. wgmma, staged_fills, s2d_aligned    -> space-to-depth, NCHW or channels_last  [ldmatrix, no table]
-// 14. wgmma, staged_fills                 -> gmma staged, K <= 64 | 96  [stores off the MMA warps]
-// 15. wgmma                               -> gmma, two CTAs an SM, K <= 64 | 96 | 128  [one's epilogue
-//                                            overlaps the other's MMAs]
-// 16.                                     -> mma.sync, else generic
+// 10. wgmma, planes_shape                           -> planes TF32 [no gather: A by descriptor]
+// 11. wgmma                                         -> gmma TF32, groups of 64 | 96
+// 12. otherwise                                     -> mma.sync TF32, groups of 64 | 96 (else cudnn)
+// bf16 / fp16 (mode: k16Pairs for NCHW of even padding, else k16):
+// 13. wgmma, planes_shape, planes16_aligned         -> planes 16-bit
+// 14. wgmma, staged_fills, s2d_aligned              -> space-to-depth, NCHW or channels_last [ldmatrix, no table]
+// 15. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
+// 16. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
+// 17. otherwise                                     -> mma.sync, groups of 64 | 96 | 128 (else cudnn)
 
 #include "select.h"
 
@@ -40,11 +41,12 @@ namespace {
 
 using c10::ScalarType;
 
-// The tensor-core kernels' limits: 3 channels, at most 128 filters, padding
-// and image sizes their 32-bit tile arithmetic holds, sm_80+, fp32 / 16-bit.
+// The tensor-core kernels' limits: 3 channels, up to kMaxFilters filters (in
+// channel groups), padding and image sizes their 32-bit tile arithmetic
+// holds, sm_80+ (cp.async, bf16 mma.sync), fp32 / 16-bit.
 bool tc_shape(const Problem& p) {
   const int64_t P = p.P, Q = p.Q;
-  return p.C == kC && p.N >= 1 && p.K >= 1 && p.K <= 128 && p.pad >= 0 && p.pad <= 64 && p.H <= 16384 &&
+  return p.C == kC && p.N >= 1 && p.K >= 1 && p.K <= kMaxFilters && p.pad >= 0 && p.pad <= 64 && p.H <= 16384 &&
          p.W <= 16384 && P * Q <= INT32_MAX / 4 && p.dev.sm >= 80 &&
          (p.dtype == ScalarType::Float || p.dtype == ScalarType::BFloat16 || p.dtype == ScalarType::Half);
 }
@@ -52,8 +54,10 @@ bool tc_shape(const Problem& p) {
 // 256-pixel tiles of the batch: the heuristics' measure of the work.
 int64_t tiles256(const Problem& p) { return p.N * ((p.P * p.Q + 255) / 256); }
 
-// 3xFP16 is taken where the batch gives one 256-pixel tile per 4 SMs or more.
-bool h3_fills(const Problem& p) { return p.dev.sm90a && p.K <= 96 && tiles256(p) * 4 >= p.dev.num_sms; }
+// 3xFP16 is taken where the batch gives one 256-pixel tile per 4 SMs or more
+// (its weights' one scale serves one CTA of all K <= 96 channels).
+bool h3_fills_groups(const Problem& p) { return p.dev.sm90a && tiles256(p) * 4 >= p.dev.num_sms; }
+bool h3_fills(const Problem& p) { return h3_fills_groups(p) && p.K <= 96; }
 
 // The phase-plane kernels serve outputs 48 to 55 wide (AlexNet's) and K <= 96.
 bool planes_shape(const Problem& p) { return p.K <= 96 && p.Q >= 48 && p.Q <= 55; }
@@ -71,8 +75,15 @@ bool staged_fills(const Problem& p) {
 // The space-to-depth copy moves aligned 4-byte words of input values.
 bool s2d_aligned(const Problem& p) { return p.pad % 2 == 0 && p.W % 2 == 0 && p.input_align >= 4; }
 
-// Channel slots of one CTA holding all K channels: 64, 96 or (16-bit) 128.
+// Channel slots of one CTA: all K channels up to 64 or 96, else groups of 96
+// (float32, whose B of more leaves no room for a patch) or 128 (16-bit).
 int nt8_for(int64_t K) { return K <= 64 ? 8 : K <= 96 ? 12 : 16; }
+int nt8_fp32(int64_t K) { return K <= 64 ? 8 : 12; }
+
+// 1 or 2 input channels run the 3-channel kernels on a copy of the input with
+// zero channels added, where the 3-channel problem gets one: the copy costs
+// less than cuDNN's few-channel convolutions.
+bool pad3_pays(const Problem& p) { return p.C >= 1 && p.C < kC; }
 
 Choice make(Kernel k, const Problem& p, MathMode mode, int nt8) {
   Choice c;
@@ -87,6 +98,12 @@ Choice make(Kernel k, const Problem& p, MathMode mode, int nt8) {
 Choice generic(const Problem& p) {
   Choice c;
   c.dtype = p.dtype;
+  return c;
+}
+
+Choice cudnn(const Problem& p) {
+  Choice c = generic(p);
+  c.kernel = Kernel::kCudnn;
   return c;
 }
 
@@ -131,7 +148,7 @@ Choice mma_fp32_accurate(const Problem& p, MathMode mode) {
     if (gather_fits(p, mode, nt8, 1, false, 1, false)) return make(Kernel::kMmaSync, p, mode, nt8);
     c = 6;  // the whole weight operand did not fit
   }
-  return gather_fits(p, mode, c, 1, false, 1, false) ? make(Kernel::kMmaSync, p, mode, c) : generic(p);
+  return gather_fits(p, mode, c, 1, false, 1, false) ? make(Kernel::kMmaSync, p, mode, c) : cudnn(p);
 }
 
 Choice select_fp32(const Problem& p) {
@@ -140,16 +157,15 @@ Choice select_fp32(const Problem& p) {
     if (h3_fills(p) && gather_fits(p, k3xFp16, nt8_for(p.K), 1, true, 1, false))
       return make(Kernel::kGmma, p, k3xFp16, nt8_for(p.K));
     if (p.math == Fp32Math::kBf16x3) return mma_fp32_accurate(p, kBf16x3);
-    if (h3_fills(p) && p.K > 64)
-      return gather_fits(p, k3xTf32, 6, 1, true, 1, false) ? make(Kernel::kGmma, p, k3xTf32, 6) : generic(p);
+    if (h3_fills_groups(p) && p.K > 64)
+      return gather_fits(p, k3xTf32, 6, 1, true, 1, false) ? make(Kernel::kGmma, p, k3xTf32, 6) : cudnn(p);
     return mma_fp32_accurate(p, k3xTf32);
   }
-  if (wgmma && planes_shape(p) && planes_fit(p, nt8_for(p.K))) return make(Kernel::kPlanes, p, kTf32, nt8_for(p.K));
-  if (p.K > 96) return generic(p);
-  if (wgmma && gather_fits(p, kTf32, nt8_for(p.K), 1, true, 1, false))
-    return make(Kernel::kGmma, p, kTf32, nt8_for(p.K));
-  if (gather_fits(p, kTf32, nt8_for(p.K), 1, false, 1, false)) return make(Kernel::kMmaSync, p, kTf32, nt8_for(p.K));
-  return generic(p);
+  const int nt8 = nt8_fp32(p.K);
+  if (wgmma && planes_shape(p) && planes_fit(p, nt8)) return make(Kernel::kPlanes, p, kTf32, nt8);
+  if (wgmma && gather_fits(p, kTf32, nt8, 1, true, 1, false)) return make(Kernel::kGmma, p, kTf32, nt8);
+  if (gather_fits(p, kTf32, nt8, 1, false, 1, false)) return make(Kernel::kMmaSync, p, kTf32, nt8);
+  return cudnn(p);
 }
 
 Choice select_16(const Problem& p) {
@@ -163,13 +179,13 @@ Choice select_16(const Problem& p) {
   }
   if (wgmma && gather_fits(p, mode, nt8, 1, true, 2, false)) return make(Kernel::kGmma2Cta, p, mode, nt8);
   if (gather_fits(p, mode, nt8, 2, false, 1, false)) return make(Kernel::kMmaSync, p, mode, nt8);
-  return generic(p);
+  return cudnn(p);
 }
 
 // Names by MathMode and by Kernel (16-bit modes name the dtype).
 constexpr const char* kModeNames[] = {"3xtf32", "tf32", "", "3xfp16", "bf16x3", "", "", ""};
-constexpr const char* kKernelNames[] = {"none",           "fwd_generic",   "fwd_planes", "fwd_s2d",
-                                        "fwd_gmma_staged", "fwd_gmma_2cta", "fwd_gmma",   "fwd_mma"};
+constexpr const char* kKernelNames[] = {"none",          "fwd_generic", "fwd_planes", "fwd_s2d", "fwd_gmma_staged",
+                                        "fwd_gmma_2cta", "fwd_gmma",    "fwd_mma",    "fwd_cudnn"};
 
 }  // namespace
 
@@ -180,13 +196,25 @@ Choice select(const Problem& p) {
     c.dtype = p.dtype;
     return c;
   }
-  if (!tc_shape(p)) return generic(p);
+  if (p.dtype == ScalarType::Double) return generic(p);
+  if (pad3_pays(p)) {
+    Problem q = p;
+    q.C = kC;
+    q.nhwc = false;  // the padded copy is a fresh NCHW tensor
+    q.input_align = 16;
+    Choice c = select(q);
+    if (c.kernel == Kernel::kCudnn) return cudnn(p);
+    c.pad3 = true;
+    return c;
+  }
+  if (!tc_shape(p)) return cudnn(p);
   return p.dtype == ScalarType::Float ? select_fp32(p) : select_16(p);
 }
 
 std::string name(const Choice& c) {
-  if (c.kernel == Kernel::kNone || c.kernel == Kernel::kGeneric) return kKernelNames[(int)c.kernel];
-  std::string s = std::string(kKernelNames[(int)c.kernel]) + "_";
+  if (c.kernel == Kernel::kNone || c.kernel == Kernel::kGeneric || c.kernel == Kernel::kCudnn)
+    return kKernelNames[(int)c.kernel];
+  std::string s = std::string(c.pad3 ? "pad3+" : "") + kKernelNames[(int)c.kernel] + "_";
   s += *kModeNames[c.mode] ? kModeNames[c.mode] : c.dtype == ScalarType::Half ? "fp16" : "bf16";
   if (c.mode == k16Pairs) s += "_pairs";
   if (c.mode == k16S2dNhwc) s += "_nhwc";

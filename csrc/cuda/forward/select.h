@@ -27,6 +27,7 @@ enum class Kernel {
   kGmma2Cta,    // gmma.cuh: wgmma gather, two CTAs an SM (16-bit)
   kGmma,        // gmma.cuh: wgmma gather, one CTA an SM (TF32, 3xFP16, 3xTF32)
   kMmaSync,     // mma_sync.cuh: mma.sync gather, sm_80+ (every precision)
+  kCudnn,       // ../cudnn/: ATen's convolution (cuDNN), where no alexop kernel wins
 };
 
 struct Choice {
@@ -35,11 +36,13 @@ struct Choice {
   MathMode mode = kTf32;  // the kernel's MODE: what its products compute
   int nt8 = 0;            // n8 tiles a CTA holds: 8 * nt8 output channels
   int groups = 1;         // channel groups (CTAs along grid y) covering K
+  bool pad3 = false;      // the input (1 or 2 channels) is zero-padded to 3 first
 };
 
 Choice select(const Problem& p);
 
-// e.g. "fwd_planes_bf16_c96", "fwd_mma_3xtf32_split_g16", "fwd_generic"
+// e.g. "fwd_planes_bf16_c96", "fwd_mma_3xtf32_split_g16", "pad3+fwd_planes_bf16_c64",
+// "fwd_cudnn", "fwd_generic"
 std::string name(const Choice& c);
 
 }  // namespace alexop::cuda::forward

@@ -2,16 +2,18 @@
 // kernel that does not fit (plan.cu) falls through:
 //
 //  1. empty grad_input                      -> none
-//  2. !tc_shape                             -> generic (cuBLAS + fold)  [outside the kernels' limits]
+//  2. float64                               -> generic (cuBLAS + fold)  [the reference]
+//  3. 1 or 2 input channels                 -> pad3 + the 3-channel tensor-core choice [cheaper than either fallback]
+//  4. !tc_shape, cudnn_wins                 -> cudnn (channels_last)  [its TF32 and few-filter kernels]
+//  5. !tc_shape                             -> generic (cuBLAS + fold)  [faster than cuDNN elsewhere]
+//  6. launch_bound                          -> cudnn  [a single small image: launches, not math]
 // float32:
-//  3. "high" or "medium"                    -> mma.sync TF32, else generic  [a TF32 wgmma version was slower]
-//  4. wgmma                                 -> gmma 3xFP16  [twice TF32's rate, A by descriptor]
-//  5.                                       -> mma.sync 3xTF32, else generic
+//  7. "high" or "medium"                    -> mma.sync TF32, else generic  [a TF32 wgmma version was slower]
+//  8. wgmma                                 -> gmma 3xFP16  [twice TF32's rate, A by descriptor]
+//  9.                                       -> mma.sync 3xTF32, else generic
 // bf16 / fp16:
-//  6. wgmma                                 -> gmma 16-bit
-//  7.                                       -> mma.sync 16-bit, else generic
-// Every batch size takes the tensor-core kernels: at small batches the
-// GEMM + fold costs more, in host time too.
+// 10. wgmma                                 -> gmma 16-bit
+// 11.                                       -> mma.sync 16-bit, else generic
 
 #include "select.h"
 
@@ -32,6 +34,18 @@ bool tc_shape(const Problem& p) {
          p.W <= (1 << 20) && p.K * p.P * p.Q < INT32_MAX && kC * p.H * p.W < INT32_MAX && p.dev.sm >= 80 &&
          (p.dtype == ScalarType::Float || p.dtype == ScalarType::BFloat16 || p.dtype == ScalarType::Half);
 }
+
+// Outside the tensor-core kernels, cuDNN (run channels_last) beats the
+// cuBLAS GEMM + fold with TF32 from 4 input channels on, and for 16-bit
+// gradients of at most 16 filters.
+bool cudnn_wins(const Problem& p) {
+  if (p.dtype == ScalarType::Float) return p.math != Fp32Math::kAccurate && p.C > kC;
+  return p.K <= 16;
+}
+
+// float32 gradients of one image's worth of output pixels take a few
+// microseconds either way; cuDNN's single launch wins there.
+bool launch_bound(const Problem& p) { return p.dtype == ScalarType::Float && p.N * p.P * p.Q <= 4096; }
 
 Choice make(Kernel k, const Problem& p, MathMode mode) {
   Choice c;
@@ -58,20 +72,33 @@ Choice select_16(const Problem& p) {
 }
 
 constexpr const char* kModeNames[] = {"3xtf32", "tf32", "", "3xfp16"};
-constexpr const char* kKernelNames[] = {"none", "dgrad_cublas_fold", "dgrad_gmma", "dgrad_gmma", "dgrad_mma"};
+constexpr const char* kKernelNames[] = {"none",       "dgrad_cublas_fold", "dgrad_gmma",
+                                        "dgrad_gmma", "dgrad_mma",         "dgrad_cudnn"};
 
 }  // namespace
 
 Choice select(const Problem& p) {
   if (p.N * p.C * p.H * p.W == 0) return make(Kernel::kNone, p, k16);
-  if (!tc_shape(p)) return make(Kernel::kGeneric, p, k16);
+  if (p.dtype == ScalarType::Double) return make(Kernel::kGeneric, p, k16);
+  if (p.C >= 1 && p.C < kC) {
+    Problem q = p;
+    q.C = kC;
+    Choice c = select(q);
+    if (c.kernel != Kernel::kGeneric && c.kernel != Kernel::kCudnn) {
+      c.pad3 = true;
+      return c;
+    }
+  }
+  if (!tc_shape(p)) return make(cudnn_wins(p) ? Kernel::kCudnn : Kernel::kGeneric, p, k16);
+  if (launch_bound(p)) return make(Kernel::kCudnn, p, k16);
   return p.dtype == ScalarType::Float ? select_fp32(p) : select_16(p);
 }
 
 std::string name(const Choice& c) {
   const std::string s = kKernelNames[(int)c.kernel];
-  if (c.kernel == Kernel::kNone || c.kernel == Kernel::kGeneric) return s;
-  return s + "_" + (c.mode == k16 ? (c.dtype == ScalarType::Half ? "fp16" : "bf16") : kModeNames[c.mode]);
+  if (c.kernel == Kernel::kNone || c.kernel == Kernel::kGeneric || c.kernel == Kernel::kCudnn) return s;
+  return (c.pad3 ? "pad3+" : "") + s + "_" +
+         (c.mode == k16 ? (c.dtype == ScalarType::Half ? "fp16" : "bf16") : kModeNames[c.mode]);
 }
 
 }  // namespace alexop::cuda::input_grad

@@ -20,17 +20,20 @@ enum class Kernel {
   kGmma3xFp16,   // x3.cu: wgmma, fp32-accurate as 3xFP16, A by descriptor
   kGmma,         // gmma.cuh: wgmma, A gathered from the dy window (16-bit)
   kMmaSync,      // mma_sync.cu: mma.sync, sm_80+ (3xTF32, TF32, 16-bit)
+  kCudnn,        // ../cudnn/: ATen's transposed convolution (cuDNN), channels_last
 };
 
 struct Choice {
   Kernel kernel = Kernel::kGeneric;
   c10::ScalarType dtype = c10::ScalarType::Float;
   MathMode mode = k16;  // the kernel's MODE: what its products compute
+  bool pad3 = false;    // 1 or 2 input channels: computed for 3 (zero weights added), then cut
 };
 
 Choice select(const Problem& p);
 
-// e.g. "dgrad_gmma_bf16", "dgrad_mma_3xtf32", "dgrad_cublas_fold"
+// e.g. "dgrad_gmma_bf16", "dgrad_mma_3xtf32", "pad3+dgrad_gmma_3xfp16", "dgrad_cublas_fold",
+// "dgrad_cudnn"
 std::string name(const Choice& c);
 
 // The kernels' fits (plan.cu): a tiling whose dy window fits the stage

@@ -1,14 +1,18 @@
 // The weight gradient's kernel choice. Decision tree, first match wins:
 //
-//  1. !tc_shape                             -> generic  [outside the kernels' limits: K = 64 or 96, ...]
+//  1. float64                               -> generic  [the reference; no tensor-core kernel]
+//  2. 1 or 2 input channels                 -> pad3 + the 3-channel choice [a zero channel is cheaper than cuDNN]
+//  3. !tc_shape                             -> cudnn    [outside the kernels' limits: K = 64 or 96, ...]
+//  4. small_images                          -> cudnn    [too few output pixels to fill the split-K slices]
+//  5. 16-bit input still channels_last      -> cudnn    [no 16-bit kernel reads channels_last rows well]
 // float32 (3xFP16 / 3xTF32 for "highest"; "high" and "medium" take TF32):
-//  2. wgmma, grad_output 16-byte aligned    -> gmma 3xFP16 | TF32  [dy staged by 16-byte copies]
-//  3.                                       -> mma.sync 3xTF32 | TF32
+//  6. wgmma, grad_output 16-byte aligned    -> gmma 3xFP16 | TF32  [dy staged by 16-byte copies]
+//  7.                                       -> mma.sync 3xTF32 | TF32
 // bf16 / fp16:
-//  4. wgmma, planes_shape, planes_aligned, planes_fit -> planes  [A and B by descriptor, no gather]
-//  5. wgmma, grad_output 16-byte aligned, pairs_ok    -> gmma 16-bit
-//  6. pairs_ok, grad_output 4-byte aligned  -> mma.sync, 4-byte pair copies
-//  7.                                       -> mma.sync, register-staged, any strides
+//  8. wgmma, planes_shape, planes_aligned, planes_fit -> planes  [A and B by descriptor, no gather]
+//  9. wgmma, grad_output 16-byte aligned, pairs_ok    -> gmma 16-bit
+// 10. pairs_ok, grad_output 4-byte aligned  -> mma.sync, 4-byte pair copies
+// 11.                                       -> mma.sync, register-staged, any strides
 // The wgmma kernel copies input rows by 16 bytes (vec) where vec_ok, else by
 // 4 (one fp32 element or a 16-bit pair).
 
@@ -32,6 +36,10 @@ bool tc_shape(const Problem& p) {
          p.H * p.W * kC <= INT32_MAX &&
          p.P * p.Q <= INT32_MAX && p.dev.sm >= 80;
 }
+
+// A float32 problem of at most 256 output pixels an image leaves the
+// kernels' split-K slices short: cuDNN is as fast or faster there.
+bool small_images(const Problem& p) { return p.dtype == ScalarType::Float && p.P * p.Q <= 256; }
 
 // The phase-plane kernel serves outputs 48 to 55 wide (AlexNet's), K <= 96.
 bool planes_shape(const Problem& p) { return p.K <= 96 && p.Q >= 48 && p.Q <= 55; }
@@ -78,24 +86,35 @@ Choice select_16(const Problem& p) {
 
 constexpr const char* kModeNames[] = {"3xtf32", "tf32", "", "3xfp16"};
 constexpr const char* kKernelNames[] = {"wgrad_generic", "wgrad_planes", "wgrad_gmma",
-                                        "wgrad_mma",     "wgrad_mma",    "wgrad_mma"};
+                                        "wgrad_mma",     "wgrad_mma",    "wgrad_mma", "wgrad_cudnn"};
 
 }  // namespace
 
 Choice select(const Problem& p) {
-  if (!tc_shape(p)) {
-    Choice c;
-    c.dtype = p.dtype;
-    c.transposed = p.transposed;
-    return c;
+  Choice c;
+  c.dtype = p.dtype;
+  c.transposed = p.transposed;
+  if (p.dtype == ScalarType::Double) return c;
+  if (p.C >= 1 && p.C < kC) {
+    Problem q = p;
+    q.C = kC;  // a fresh NCHW copy with zero channels added
+    q.nhwc = false;
+    q.transposed = false;
+    q.input_stride0 = kC * p.H * p.W;
+    q.input_align = 16;
+    Choice padded = select(q);
+    padded.pad3 = padded.kernel != Kernel::kCudnn;
+    return padded;
   }
+  c.kernel = Kernel::kCudnn;
+  if (!tc_shape(p) || small_images(p) || (p.dtype != ScalarType::Float && p.nhwc)) return c;
   return p.dtype == ScalarType::Float ? select_fp32(p) : select_16(p);
 }
 
 std::string name(const Choice& c) {
-  std::string s = c.transposed ? "nhwc3_to_nchw+" : "";
+  if (c.kernel == Kernel::kGeneric || c.kernel == Kernel::kCudnn) return kKernelNames[(int)c.kernel];
+  std::string s = c.pad3 ? "pad3+" : c.transposed ? "nhwc3_to_nchw+" : "";
   s += kKernelNames[(int)c.kernel];
-  if (c.kernel == Kernel::kGeneric) return s;
   s += "_";
   s += c.mode == k16 ? (c.dtype == ScalarType::Half ? "fp16" : "bf16") : kModeNames[c.mode];
   if (c.kernel == Kernel::kMmaSyncPairs) s += "_pairs";

@@ -27,6 +27,7 @@ enum class Kernel {
   kMmaSync,        // mma_sync.cuh wgrad_f32_kernel (fp32)
   kMmaSyncPairs,   // mma_sync.cuh wgrad_h16_kernel (16-bit, 4-byte pairs)
   kMmaSyncStrided, // mma_sync.cuh wgrad_partial_kernel (16-bit, any strides)
+  kCudnn,          // ../cudnn/: ATen's convolution backward (cuDNN), where no alexop kernel wins
 };
 
 struct Choice {
@@ -36,12 +37,14 @@ struct Choice {
   int channels = 0;         // the K it is built for: 64 or 96
   bool vec = false;         // kGmma: input rows by 16-byte copies
   bool transposed = false;  // the input was transposed first (a kernel of its own)
+  bool pad3 = false;        // the input (1 or 2 channels) is zero-padded to 3 first
 };
 
 Choice select(const Problem& p);
 
 // e.g. "wgrad_planes_bf16_c96", "wgrad_gmma_3xfp16_c96_vec",
-// "nhwc3_to_nchw+wgrad_planes_bf16_c96", "wgrad_generic"
+// "nhwc3_to_nchw+wgrad_planes_bf16_c96", "pad3+wgrad_mma_3xtf32_c64", "wgrad_cudnn",
+// "wgrad_generic"
 std::string name(const Choice& c);
 
 // The phase-plane kernel's fit (plan.cu): its shared memory, 4 tiles an SM
