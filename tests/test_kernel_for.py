@@ -43,8 +43,8 @@ ALEXNET = (256, 3, 96, 224, 224, 2)
 # input_grad) on sm_90a (H100 / H200), then on A100 (108 SMs, 163 KB of
 # shared memory a block: the fp32 weights of 96 channels leave no room for a
 # patch, so the fp32-accurate forwards split them into groups of 48 and TF32,
-# which has no split, takes the reference kernel; the fp32 input gradient's
-# weights and stage buffers do not fit either).
+# which has no split, goes to cuDNN; the fp32 input gradient's weights and
+# stage buffers do not fit either).
 EXPECTED = {
     (torch.bfloat16, "highest"): (
         ("fwd_planes_bf16_c96", "wgrad_planes_bf16_c96", "dgrad_gmma_bf16"),
@@ -64,7 +64,7 @@ EXPECTED = {
     ),
     (torch.float32, "medium"): (
         ("fwd_planes_tf32_c96", "wgrad_gmma_tf32_c96_vec", "dgrad_mma_tf32"),
-        ("fwd_generic", "wgrad_mma_tf32_c96", "dgrad_cublas_fold"),
+        ("fwd_cudnn", "wgrad_mma_tf32_c96", "dgrad_cublas_fold"),
     ),
 }
 

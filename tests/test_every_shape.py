@@ -1,0 +1,114 @@
+"""Every 11x11 stride-4 convolution the op accepts, on CUDA: which kernel the
+selectors choose (never the slow reference kernels where a tensor-core kernel or
+cuDNN is faster), and that the choices beyond AlexNet's shape — 1 or 2 input
+channels padded to 3, up to 384 filters in channel groups, cuDNN for the rest —
+compute F.conv2d at the promised precision (float32's default is fp32-accurate,
+so a cuDNN fallback that used TF32 there would fail)."""
+
+import itertools
+
+import pytest
+import torch
+
+import alexop
+from conftest import REL_L2, grads_reference, make_inputs, needs_cuda, precision, reference, rel_l2
+
+pytestmark = needs_cuda
+
+MODES = [
+    pytest.param(torch.float32, "highest", 1e-5, id="fp32"),
+    pytest.param(torch.float32, "medium", 1e-3, id="tf32"),
+    pytest.param(torch.bfloat16, "highest", REL_L2[torch.bfloat16], id="bf16"),
+    pytest.param(torch.float16, "highest", REL_L2[torch.float16], id="fp16"),
+]
+
+# (N, C_in, C_out, H, W, padding), each reaching a choice of its own.
+SHAPES = [
+    pytest.param((4, 1, 64, 67, 71, 2), id="grayscale-pad3"),
+    pytest.param((4, 2, 96, 64, 64, 0), id="two-channels-pad3"),
+    pytest.param((2, 3, 192, 64, 80, 2), id="192-filters-groups"),
+    pytest.param((2, 3, 384, 48, 48, 5), id="384-filters-groups"),
+    pytest.param((2, 4, 96, 64, 64, 2), id="rgba-cudnn"),
+    pytest.param((2, 16, 64, 47, 47, 1), id="16-channels-cudnn"),
+    pytest.param((2, 3, 16, 63, 63, 0), id="16-filters"),
+    pytest.param((1, 3, 96, 224, 224, 2), id="one-image"),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype,mode,bound", MODES)
+def test_forward_and_gradients_match_float64(shape, dtype, mode, bound):
+    n, c, k, h, w, p = shape
+    x, wt, b = make_inputs(n, c, k, h, w, dtype=dtype, device="cuda", seed=c * 1000 + k)
+    grad = torch.randn(n, k, (h + 2 * p - 11) // 4 + 1, (w + 2 * p - 11) // 4 + 1, device="cuda").to(dtype)
+    with precision(mode):
+        y = alexop.conv11s4(x, wt, b, p)
+        gx = torch.ops.alexop.conv11s4_backward_input(grad, wt, list(x.shape), p)
+        gw, gb = torch.ops.alexop.conv11s4_backward_weight(grad, x, p, True)
+        names = alexop.kernel_for(x, wt, p)
+    want_gx, want_gw, want_gb = grads_reference(x, wt, b, grad, p)
+    for name, got, want in [
+        ("forward", y, reference(x, wt, b, p)),
+        ("input_grad", gx, want_gx),
+        ("weight_grad", gw, want_gw),
+        ("bias_grad", gb, want_gb),
+    ]:
+        assert got.shape == want.shape and got.dtype == dtype and got.is_contiguous(), name
+        err = rel_l2(got, want)
+        assert err <= bound, f"{name} ({names}): relative L2 error {err:.2e} > {bound:.0e}"
+
+
+def _selection(n, c, k, hw, p, dtype, mode, channels_last=False):
+    x = torch.empty(n, c, *hw, device="cuda", dtype=dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    with precision(mode):
+        return alexop.kernel_for(x, torch.empty(k, c, 11, 11, device="cuda", dtype=dtype), p)
+
+
+# The grid of issue 27 (C_in x C_out x image x padding x batch), tensors up to 1 GiB.
+GRID = [
+    case
+    for case in itertools.product(
+        (1, 8, 64), (1, 2, 3, 4, 8, 16), (16, 64, 96, 128, 192, 384),
+        ((63, 63), (127, 127), (224, 224), (227, 227), (240, 320), (512, 512)), (0, 2, 5),
+    )
+    if case[0] * max(case[1], case[2] // 16) * case[3][0] * case[3][1] * 4 <= 1 << 30
+]
+
+
+@pytest.mark.parametrize("dtype,mode,bound", MODES)
+def test_no_shape_falls_to_the_reference_kernels(dtype, mode, bound):
+    """The reference kernels (one thread an output) ran 10-100x slower than cuDNN:
+    outside alexop's tensor-core kernels every float32 / 16-bit problem goes to
+    cuDNN (or, for the input gradient, cuBLAS + fold)."""
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("alexop's tensor-core kernels need sm_80")
+    slow = {}
+    for n, c, k, hw, p in GRID:
+        for channels_last in (False, True):
+            names = _selection(n, c, k, hw, p, dtype, mode, channels_last)
+            if any("generic" in v for v in names.values()):
+                slow[(n, c, k, hw, p, channels_last)] = names
+    assert not slow, f"{len(slow)} problems on the reference kernels, e.g. {next(iter(slow.items()))}"
+
+
+def test_float64_keeps_the_reference_kernels():
+    names = _selection(2, 3, 96, (64, 64), 2, torch.float64, "highest")
+    assert names == {"forward": "fwd_generic", "weight_grad": "wgrad_generic", "input_grad": "dgrad_cublas_fold"}
+
+
+@pytest.mark.parametrize(
+    "c,k,want",
+    [
+        (1, 96, "pad3+"),  # a zero channel, then the 3-channel kernels
+        (2, 64, "pad3+"),
+        (4, 96, "fwd_cudnn"),  # no 4-channel kernel: cuDNN
+        (16, 64, "fwd_cudnn"),
+    ],
+)
+def test_first_layer_choices(c, k, want):
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("alexop's tensor-core kernels need sm_80")
+    names = _selection(64, c, k, (224, 224), 2, torch.bfloat16, "highest")
+    assert names["forward"].startswith(want), names
