@@ -6,8 +6,10 @@ is built. The toolkit is found without help: CUDA_HOME or CUDA_PATH if set,
 else the toolkit that the nvcc on PATH belongs to (asked through nvcc itself,
 so a wrapper script or symlink on PATH is seen through), else the usual
 install places. TORCH_CUDA_ARCH_LIST picks the GPU architectures (default:
-sm_80 and sm_90a; wgmma exists only in sm_90a code). ALEXOP_CPU_ONLY=1
-forces a CPU-only build.
+machine code for Turing to Blackwell, sm_75, sm_80, sm_90a, sm_100 and sm_120,
+as far as this nvcc knows them, and compute_80 PTX that newer GPUs compile at
+load time; wgmma exists only in sm_90a code). ALEXOP_CPU_ONLY=1 forces a
+CPU-only build.
 """
 
 import glob
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).parent
-DEFAULT_ARCHS = "8.0;9.0a"
+DEFAULT_ARCHS = ("7.5", "8.0+PTX", "9.0a", "10.0", "12.0")
 
 
 def _is_toolkit(home: str) -> bool:
@@ -58,6 +60,21 @@ def find_cuda_home() -> Optional[str]:
         candidates += [_nvcc_top(nvcc), os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))]
     candidates += ["/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"), reverse=True), "/opt/cuda"]
     return next((os.path.realpath(c) for c in candidates if c and _is_toolkit(c)), None)
+
+
+def default_archs() -> str:
+    """DEFAULT_ARCHS less those the toolkit's nvcc does not know."""
+    try:
+        known = subprocess.run(
+            [os.path.join(CUDA_HOME_FOUND, "bin", "nvcc"), "--list-gpu-arch"],
+            capture_output=True, text=True, timeout=60,
+        ).stdout.split()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        known = []
+    if not known:
+        return ";".join(DEFAULT_ARCHS)
+    base = lambda a: "compute_" + a.split("+")[0].rstrip("a").replace(".", "")  # noqa: E731
+    return ";".join(a for a in DEFAULT_ARCHS if base(a) in known)
 
 
 def tell(message: str) -> None:
@@ -101,6 +118,7 @@ class Build(BuildExtension):
             jobs = int(os.environ.get("MAX_JOBS") or os.cpu_count() or 1)
             archs = os.environ["TORCH_CUDA_ARCH_LIST"].split(";")
             names = ", ".join("sm_" + a.replace(".", "").replace("+PTX", " + PTX") for a in archs)
+            names = names.replace("+ PTX", "(+ PTX)")
             tell(
                 f"alexop: compiling the CUDA kernels for {names} with {CUDA_HOME_FOUND}/bin/nvcc, "
                 f"{jobs} jobs at a time: about 4 minutes on 2 cores, 1 on 16. "
@@ -124,7 +142,8 @@ def extension():
         return CppExtension(
             "alexop._C", sources, extra_compile_args={"cxx": cxx}, py_limited_api=True
         )
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
+    if not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        os.environ["TORCH_CUDA_ARCH_LIST"] = default_archs()
     cu_sources = sorted(glob.glob("csrc/cuda/**/*.cpp", recursive=True) + glob.glob("csrc/**/*.cu", recursive=True))
     nvcc = ["-O3", "--expt-relaxed-constexpr", "-lineinfo"]
     return CUDAExtension(

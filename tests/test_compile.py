@@ -67,6 +67,7 @@ def test_training_step_fullgraph(device):
     assert capture.backward == [{torch.ops.alexop.conv11s4_backward_weight.default}]
 
 
+@pytest.mark.slow
 def test_training_step_inductor_module():
     model = _model("cpu")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -32,6 +32,9 @@ from conftest import DEVICES, REL_L2, Net, Stem, reference, rel_l2
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cpp"
 
+# AOTInductor and a C++ build: the long end of the suite (scripts/gpu_check.sh and CI run them).
+pytestmark = pytest.mark.slow
+
 
 # ---------------------------------------------------------------------------
 # Stem and Net (tests/conftest.py) are made tiny: AOTInductor compiles C++ too.

@@ -27,6 +27,7 @@ SHAPES = [
     pytest.param((4, 1, 64, 67, 71, 2), id="grayscale-pad3"),
     pytest.param((4, 2, 96, 64, 64, 0), id="two-channels-pad3"),
     pytest.param((2, 3, 192, 64, 80, 2), id="192-filters-groups"),
+    pytest.param((8, 3, 192, 224, 224, 2), id="192-filters-gmma-groups"),
     pytest.param((2, 3, 384, 48, 48, 5), id="384-filters-groups"),
     pytest.param((2, 4, 96, 64, 64, 2), id="rgba-cudnn"),
     pytest.param((2, 16, 64, 47, 47, 1), id="16-channels-cudnn"),

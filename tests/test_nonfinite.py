@@ -27,7 +27,7 @@ ALEXNET = (8, 3, 96, 224, 224, 2)
 CASES = [
     pytest.param("cpu", SMALL, id="cpu"),
     pytest.param("cuda", SMALL, id="cuda", marks=needs_cuda),
-    pytest.param("cuda", ALEXNET, id="cuda-alexnet", marks=needs_cuda),
+    pytest.param("cuda", ALEXNET, id="cuda-alexnet", marks=[needs_cuda, pytest.mark.slow]),
 ]
 
 

@@ -30,6 +30,9 @@ pytest.importorskip("torchvision", reason="scripts/train_alexnet.py trains torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import train_alexnet as T  # noqa: E402
 
+# Whole training runs: the long end of the suite (scripts/gpu_check.sh and CI run them).
+pytestmark = pytest.mark.slow
+
 needs_2_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
 
 

@@ -5,6 +5,8 @@
 #include <ATen/cuda/CUDAContextLight.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 namespace alexop::cuda {
 namespace {
@@ -22,10 +24,18 @@ __global__ void gmma_marker_kernel() {
 }  // namespace
 
 Device device(int index) {
+  static const bool force_sm80 = [] {
+    const char* v = std::getenv("ALEXOP_FORCE_SM80");
+    return v != nullptr && std::string(v) == "1";
+  }();
   const auto* prop = at::cuda::getDeviceProperties(index);
   Device d;
   d.sm = prop->major * 10 + prop->minor;
   d.sm90a = gmma_available(index);
+  if (force_sm80 && d.sm == 90) {
+    d.sm = 80;
+    d.sm90a = false;
+  }
   d.num_sms = prop->multiProcessorCount;
   d.smem_optin = (int64_t)prop->sharedMemPerBlockOptin;
   d.smem_per_sm = (int64_t)prop->sharedMemPerMultiprocessor;

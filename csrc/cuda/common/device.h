@@ -15,8 +15,16 @@ struct Device {
   int64_t smem_reserved = 0;  // shared memory the driver reserves per block
 };
 
-// The description of CUDA device `index`.
+// The description of CUDA device `index`. ALEXOP_FORCE_SM80=1 in the
+// environment describes an sm_90 device as sm_80 without wgmma (read once):
+// how the tests run the A100 kernels on Hopper.
 Device device(int index);
+
+// alexop's tensor-core kernels are chosen on the architectures they are built
+// and measured for, sm_80 (A100) and sm_90 (H100, H200). Turing lacks cp.async
+// and bf16 mma; on Ada and Blackwell they have not been measured against
+// cuDNN, so the selectors choose cuDNN there.
+inline bool tensor_core_kernels(const Device& d) { return d.sm == 80 || d.sm == 90; }
 
 // True when `device` is sm_90 and this build carries sm_90a code (wgmma) for
 // it. Cached per device; a function-attribute query, so safe under stream

@@ -11,36 +11,48 @@
 #include <cstdint>
 #include <type_traits>
 
+// Turing (sm_75) has none of cp.async, TF32 / bf16 conversion and the
+// m16n8k16 / TF32 mma.sync shapes: in an sm_75 image the primitives built on
+// them trap instead, and the selectors never choose their kernels there
+// (tensor_core_kernels, common/device.h).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define ALEXOP_SM80_ASM(...) __trap()
+#define ALEXOP_SM80_ASM_PURE(...) __trap()
+#else
+#define ALEXOP_SM80_ASM(...) asm volatile(__VA_ARGS__)
+#define ALEXOP_SM80_ASM_PURE(...) asm(__VA_ARGS__)
+#endif
+
 namespace alexop::cuda {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src));
+  ALEXOP_SM80_ASM("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src));
 }
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src));
+  ALEXOP_SM80_ASM("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { ALEXOP_SM80_ASM("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { ALEXOP_SM80_ASM("cp.async.wait_all;\n" ::: "memory"); }
 // 4 bytes to shared address dst: the first nbytes (0, 2 or 4) from src, the
 // rest zero-filled. src must be a valid address even when nbytes is 0.
 __device__ __forceinline__ void cp_async4n(uint32_t dst, const void* src, int nbytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
+  ALEXOP_SM80_ASM("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
 }
 // The same for 8 bytes (nbytes 0 or 8; dst and src 8-byte aligned).
 __device__ __forceinline__ void cp_async8n(uint32_t dst, const void* src, int nbytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
+  ALEXOP_SM80_ASM("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
 }
 // The same for 16 bytes (nbytes 0 to 16; dst and src 16-byte aligned).
 __device__ __forceinline__ void cp_async16n(uint32_t dst, const void* src, int nbytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
+  ALEXOP_SM80_ASM("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(nbytes));
 }
 // cp_async4n where pred holds, else nothing: predicated, not branched (a
 // branch between wgmmas makes ptxas serialize them).
 __device__ __forceinline__ void cp_async4n_if(uint32_t dst, const void* src, int nbytes, bool pred) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p cp.async.ca.shared.global [%0], [%1], 4, %2;\n}\n" ::"r"(dst),
+  ALEXOP_SM80_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p cp.async.ca.shared.global [%0], [%1], 4, %2;\n}\n" ::"r"(dst),
                "l"(src), "r"(nbytes), "r"((int)pred));
 }
 // One word to shared address dst where pred holds (predicated likewise).
@@ -56,7 +68,7 @@ __device__ __forceinline__ void st_shared_v2(uint32_t dst, uint32_t a, uint32_t 
 // thread's earlier cp.async copies have landed (counted in its expected
 // arrivals: .noinc).
 __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+  ALEXOP_SM80_ASM("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // Programmatic dependent launch (sm_90+; no-ops below, and for a grid not
 // launched by launch_dependent). The primary lets its dependent grid start
@@ -74,7 +86,7 @@ __device__ __forceinline__ void pdl_wait() {
 }
 // Waits until at most N of this thread's committed cp.async groups are pending.
 template <int N> __device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+  ALEXOP_SM80_ASM("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Four 8 x 8 b16 matrices from shared memory; lane l gives the address of
@@ -89,8 +101,8 @@ __device__ __forceinline__ void ldsm_x4(uint32_t saddr, uint32_t (&r)[4]) {
 
 // Round to nearest (ties away) to TF32, the bits the tensor core reads.
 __device__ __forceinline__ uint32_t to_tf32(float f) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
+  uint32_t r = 0;
+  ALEXOP_SM80_ASM_PURE("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
   return r;
 }
 
@@ -103,7 +115,7 @@ __device__ __forceinline__ void split_3xtf32(float f, uint32_t& big, uint32_t& s
 
 // c += a * b, m16n8k8, TF32 operands in mma.sync fragment order.
 __device__ __forceinline__ void mma_tf32(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+  ALEXOP_SM80_ASM_PURE("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -113,13 +125,13 @@ __device__ __forceinline__ void mma_tf32(float* c, const uint32_t* a, uint32_t b
 template <typename T>
 __device__ __forceinline__ void mma_16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+    ALEXOP_SM80_ASM_PURE("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else {
     static_assert(std::is_same_v<T, __half>, "bf16 or fp16 operands");
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+    ALEXOP_SM80_ASM_PURE("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));

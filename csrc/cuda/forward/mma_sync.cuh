@@ -27,8 +27,8 @@ namespace alexop::cuda::forward::gather {
 
 // bf16x2 of (lo16 = f0, hi16 = f1), round to nearest even
 __device__ __forceinline__ uint32_t pack_bf16x2(float f0, float f1) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(f1), "f"(f0));
+  uint32_t r = 0;
+  ALEXOP_SM80_ASM_PURE("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(f1), "f"(f0));
   return r;
 }
 // a = (f0, f1) -> hi = bf16x2(a), lo = bf16x2(a - hi); a - hi is exact in fp32

@@ -6,7 +6,7 @@
 //  1. empty output                                  -> none
 //  2. float64                                       -> generic   [the reference; no tensor-core kernel]
 //  3. 1 or 2 input channels (pad3_pays)             -> pad3 + the 3-channel choice [a zero channel is cheaper than cuDNN]
-//  4. not a tensor-core problem (tc_shape)          -> cudnn     [outside the kernels' limits: cuDNN is faster there]
+//  4. not a tensor-core problem (tc_shape)          -> cudnn     [outside the kernels' limits or architectures]
 // float32, Fp32Math::kAccurate ("highest"):
 //  5. wgmma, K <= 96, tiles fill the GPU (h3_fills) -> gmma 3xFP16, one CTA of K <= 64 | 96 [twice TF32's rate]
 //  6. wgmma, K > 64, the same fill (5 did not fit)  -> gmma 3xTF32, groups of 48 (else cudnn) [B big + small for 96 does not fit]
@@ -43,11 +43,11 @@ using c10::ScalarType;
 
 // The tensor-core kernels' limits: 3 channels, up to kMaxFilters filters (in
 // channel groups), padding and image sizes their 32-bit tile arithmetic
-// holds, sm_80+ (cp.async, bf16 mma.sync), fp32 / 16-bit.
+// holds, an architecture they are measured on (common/device.h), fp32 / 16-bit.
 bool tc_shape(const Problem& p) {
   const int64_t P = p.P, Q = p.Q;
   return p.C == kC && p.N >= 1 && p.K >= 1 && p.K <= kMaxFilters && p.pad >= 0 && p.pad <= 64 && p.H <= 16384 &&
-         p.W <= 16384 && P * Q <= INT32_MAX / 4 && p.dev.sm >= 80 &&
+         p.W <= 16384 && P * Q <= INT32_MAX / 4 && tensor_core_kernels(p.dev) &&
          (p.dtype == ScalarType::Float || p.dtype == ScalarType::BFloat16 || p.dtype == ScalarType::Half);
 }
 

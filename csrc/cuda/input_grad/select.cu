@@ -3,6 +3,7 @@
 //
 //  1. empty grad_input                      -> none
 //  2. float64                               -> generic (cuBLAS + fold)  [the reference]
+//     not an architecture alexop's kernels are measured on -> cudnn (tensor_core_kernels)
 //  3. 1 or 2 input channels                 -> pad3 + the 3-channel tensor-core choice [cheaper than either fallback]
 //  4. !tc_shape, cudnn_wins                 -> cudnn (channels_last)  [its TF32 and few-filter kernels]
 //  5. !tc_shape                             -> generic (cuBLAS + fold)  [faster than cuDNN elsewhere]
@@ -28,10 +29,10 @@ using c10::ScalarType;
 
 // The kernels' limits: 3 channels, padding and sizes their 32-bit
 // arithmetic holds (a dy image and an input image under 2^31 elements),
-// sm_80+, fp32 / 16-bit.
+// fp32 / 16-bit (the architecture is checked first).
 bool tc_shape(const Problem& p) {
   return p.C == kC && p.K >= 1 && p.pad >= 0 && p.pad <= 4096 && p.H >= 1 && p.W >= 1 && p.H <= (1 << 20) &&
-         p.W <= (1 << 20) && p.K * p.P * p.Q < INT32_MAX && kC * p.H * p.W < INT32_MAX && p.dev.sm >= 80 &&
+         p.W <= (1 << 20) && p.K * p.P * p.Q < INT32_MAX && kC * p.H * p.W < INT32_MAX &&
          (p.dtype == ScalarType::Float || p.dtype == ScalarType::BFloat16 || p.dtype == ScalarType::Half);
 }
 
@@ -80,6 +81,7 @@ constexpr const char* kKernelNames[] = {"none",       "dgrad_cublas_fold", "dgra
 Choice select(const Problem& p) {
   if (p.N * p.C * p.H * p.W == 0) return make(Kernel::kNone, p, k16);
   if (p.dtype == ScalarType::Double) return make(Kernel::kGeneric, p, k16);
+  if (!tensor_core_kernels(p.dev)) return make(Kernel::kCudnn, p, k16);
   if (p.C >= 1 && p.C < kC) {
     Problem q = p;
     q.C = kC;

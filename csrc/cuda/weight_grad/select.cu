@@ -28,13 +28,14 @@ namespace {
 using c10::ScalarType;
 
 // The kernels' limits: 3 channels, 64 or 96 filters, a non-empty batch,
-// offsets inside an image and a dy plane in 32 bits, sm_80+, fp32 / 16-bit.
+// offsets inside an image and a dy plane in 32 bits, a measured architecture
+// (common/device.h), fp32 / 16-bit.
 bool tc_shape(const Problem& p) {
   return p.C == kC && (p.K == 64 || p.K == 96) &&
          (p.dtype == ScalarType::Float || p.dtype == ScalarType::BFloat16 || p.dtype == ScalarType::Half) &&
          p.N >= 1 && p.P >= 1 && p.Q >= 1 && p.pad >= 0 && p.pad <= (1 << 20) && p.input_stride0 <= INT32_MAX &&
          p.H * p.W * kC <= INT32_MAX &&
-         p.P * p.Q <= INT32_MAX && p.dev.sm >= 80;
+         p.P * p.Q <= INT32_MAX && tensor_core_kernels(p.dev);
 }
 
 // A float32 problem of at most 256 output pixels an image leaves the
