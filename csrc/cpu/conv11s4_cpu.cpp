@@ -1,127 +1,310 @@
-// CPU kernels. The convolution is a GEMM over an unfolded input, built for a
-// bounded chunk of images at a time (a few MB, reused across chunks: a
-// buffer as large as the batch spent as much time in page faults as in
-// copying); the unfolding runs on all cores and the GEMMs go to ATen's BLAS.
-// The forward and weight gradient unfold pixel-major (one row of 363 taps
-// per output pixel: each (c, r) is a run of 11 consecutive input columns),
-// which is also the layout the forward GEMM runs fastest with; the input
-// gradient folds a tap-major matrix back. float16 and bfloat16 (what CPU
+// CPU kernels: direct convolutions on register-blocked micro-kernels
+// (kernels.h), one band of output rows of one image per task. The forward
+// packs the band's input rows zero-padded (so borders and any input strides
+// cost nothing in the inner loop) and sums 11x11 taps into blocks of output
+// channels x pixels held in registers. The input gradient is the same
+// micro-kernel over grad_output by space-to-depth: each input pixel's 16
+// phases (row and column mod 4) of every channel are output lanes of a 3x3,
+// stride-1 convolution. The weight gradient sums over pixels into
+// per-slice partial sums that are added in a fixed order: deterministic, and
+// the same for any thread count up to 8. float16 and bfloat16 (what CPU
 // autocast produces) are computed in float32.
 
 #include "../conv11s4.h"
+#include "kernels.h"
+#include "packing.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
-#include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/matmul.h>
-#include <ATen/ops/mm.h>
-#include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/irange.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 
 namespace alexop {
 namespace {
 
-constexpr int64_t kTaps = kKernelSize * kKernelSize;
-// Unfolded elements per chunk: 2 Mi elements (8 MB in float32), one
-// 224x224 image.
-constexpr int64_t kChunkElements = int64_t{1} << 21;
+using cpu::Strided;
 
-struct Geometry {
-  int64_t C, H, W, P, Q, pad;
-  int64_t rows() const { return C * kTaps; }
-  int64_t cols() const { return P * Q; }
-  // Output positions q whose input column 4q + s - pad lies inside [0, W).
-  std::pair<int64_t, int64_t> valid_q(int64_t s) const {
-    const int64_t first = s - pad, last = W - 1 + pad - s;  // iw = 4q + first
-    if (last < 0) {
-      return {0, 0};
-    }
-    const int64_t lo = first >= 0 ? 0 : (-first + kStride - 1) / kStride;
-    const int64_t hi = std::min<int64_t>(Q, last / kStride + 1);  // exclusive
-    return {std::min(lo, hi), hi};
-  }
+constexpr int64_t kTaps = kKernelSize * kKernelSize;
+constexpr int64_t kFlushPixels = 16;
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+template <typename T>
+Strided<T> strided(const at::Tensor& t, int64_t n) {
+  return {t.const_data_ptr<T>() + n * t.stride(0), t.stride(0), t.stride(1),
+          t.stride(2), t.stride(3)};
+}
+
+// An extent of rows split into `count` bands whose sizes differ by at most one.
+struct Bands {
+  int64_t extent, count;
+  int64_t begin(int64_t b) const { return b * extent / count; }
+  int64_t max_rows() const { return ceil_div(extent, count); }
 };
 
-Geometry geometry(int64_t C, int64_t H, int64_t W, int64_t P, int64_t Q,
-                  int64_t pad) {
-  return Geometry{C, H, W, P, Q, pad};
+// Bands of at most max_rows rows, and enough of them for every thread to get
+// several over the batch, so the last ones balance the load.
+Bands bands(int64_t extent, int64_t images, int64_t max_rows) {
+  const int64_t wanted = ceil_div(8 * at::get_num_threads(), images);
+  return {extent, std::clamp<int64_t>(
+                      std::max(ceil_div(extent, max_rows), wanted), 1, extent)};
 }
 
-int64_t chunk_images(const Geometry& g, int64_t n) {
-  return std::clamp<int64_t>(kChunkElements / (g.rows() * g.cols()), 1, n);
-}
-
-// cols[b, p*Q + q, c*121 + r*11 + s] = x[b, c, 4p + r - pad, 4q + s - pad],
-// zero outside the image.
+// The blocking that pads nvec vectors of output channels least (the first
+// listed among equals).
 template <typename T>
-void unfold(const T* x, const Geometry& g, int64_t images, T* cols) {
-  const int64_t rows = g.rows();
-  at::parallel_for(0, images * g.P, 1, [&](int64_t begin, int64_t end) {
-    for (const auto i : c10::irange(begin, end)) {
-      const int64_t b = i / g.P, p = i % g.P;
-      for (const auto q : c10::irange(g.Q)) {
-        T* dst = cols + (i * g.Q + q) * rows;
-        const int64_t w0 = kStride * q - g.pad;  // input column of s = 0
-        const int64_t s_lo = std::clamp<int64_t>(-w0, 0, kKernelSize);
-        const int64_t s_hi = std::clamp<int64_t>(g.W - w0, s_lo, kKernelSize);
-        for (const auto c : c10::irange(g.C)) {
-          const T* plane = x + (b * g.C + c) * g.H * g.W;
-          for (const auto r : c10::irange(kKernelSize)) {
-            T* out = dst + c * kTaps + r * kKernelSize;
-            const int64_t h = kStride * p + r - g.pad;
-            if (h < 0 || h >= g.H) {
-              std::fill(out, out + kKernelSize, T(0));
+const cpu::RowConvTiles<T>& blocking(const cpu::RowConvTiles<T>* sets,
+                                     int nsets, int64_t nvec) {
+  int best = 0;
+  for (const auto i : c10::irange(1, nsets)) {
+    if (ceil_div(nvec, sets[i].kv) * sets[i].kv <
+        ceil_div(nvec, sets[best].kv) * sets[best].kv) {
+      best = i;
+    }
+  }
+  return sets[best];
+}
+
+// Calls run(fn, offsets, first pixel, pixels) for tiles covering pixels
+// [0, count) of a band `width` pixels wide exactly; offsets[m] places pixel
+// (p, q) of the tile at p * row_step + q * step.
+template <typename T, typename Run>
+void for_each_tile(const cpu::RowConvTiles<T>& tiles, int64_t count,
+                   int64_t width, int64_t row_step, int64_t step,
+                   const Run& run) {
+  int64_t offsets[cpu::kMaxTilePixels];
+  for (int64_t first = 0; first < count;) {
+    int i = 0;
+    while (tiles.m[i] > count - first) {
+      ++i;
+    }
+    int64_t p = first / width, q = first % width;
+    for (const auto m : c10::irange(tiles.m[i])) {
+      offsets[m] = p * row_step + q * step;
+      if (++q == width) {
+        q = 0;
+        ++p;
+      }
+    }
+    run(tiles.fn[i], offsets, first, tiles.m[i]);
+    first += tiles.m[i];
+  }
+}
+
+// Calls body(scratch, item) for every item in [0, count) on all threads,
+// each thread taking the next item when it is done: on a machine shared with
+// other processes a descheduled thread delays only its current item, not a
+// fixed share. Each thread allocates its scratch (`scratch_size` elements)
+// once per call.
+template <typename T, typename Body>
+void parallel_items(int64_t count, int64_t scratch_size, const Body& body) {
+  std::atomic<int64_t> next{0};
+  const int64_t threads = std::min<int64_t>(count, at::get_num_threads());
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    const auto scratch = std::make_unique_for_overwrite<T[]>(scratch_size);
+    for (int64_t item = next++; item < count; item = next++) {
+      body(scratch.get(), item);
+    }
+  });
+}
+
+template <typename T>
+void forward(const at::Tensor& x, const at::Tensor& weight, const T* bias,
+             int64_t pad, at::Tensor& y) {
+  const auto& kern = cpu::kernels<T>(cpu::cpu_isa());
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t K = y.size(1), P = y.size(2), Q = y.size(3);
+  const auto& tiles =
+      blocking(kern.forward, kern.nsets, ceil_div(K, kern.lanes));
+  const int64_t B = tiles.kv * kern.lanes, blocks = ceil_div(K, B);
+  auto packed = at::empty({blocks * C * kTaps * B}, y.options());
+  cpu::pack_forward_weights(weight.const_data_ptr<T>(), K, C, B, blocks,
+                            packed.mutable_data_ptr<T>());
+  const T* wp = packed.const_data_ptr<T>();
+  // the accumulators start at the bias, padded to whole blocks
+  auto start = at::zeros({blocks * B}, y.options());
+  if (bias != nullptr) {
+    std::copy(bias, bias + K, start.mutable_data_ptr<T>());
+  }
+  const T* init = start.const_data_ptr<T>();
+  const auto band = bands(P, N, 8);
+  const int64_t pitch = 4 * Q + 7;
+  const int64_t band_size = C * (4 * band.max_rows() + 7) * pitch;
+  T* out = y.mutable_data_ptr<T>();
+  parallel_items<T>(N * band.count,
+                    band_size + (kFlushPixels + cpu::kMaxTilePixels) * B,
+                    [&](T* rows_in, int64_t item) {
+    T* tile = rows_in + band_size;
+    const int64_t n = item / band.count, b = item % band.count;
+    const int64_t p0 = band.begin(b), rows = band.begin(b + 1) - p0;
+    const int64_t height = 4 * rows + 7;
+    cpu::pack_rows(strided<T>(x, n), C, H, W, 4 * p0 - pad, height, -pad,
+                   pitch, rows_in);
+    for (const auto kb : c10::irange(blocks)) {
+      const int64_t k0 = kb * B, kn = std::min(B, K - k0);
+      // a band's pixels are consecutive in each output plane; tiles are
+      // transposed into the planes 16 pixels or more at a time, whole cache
+      // lines rather than halves
+      T* y_band = out + ((n * K + k0) * P + p0) * Q;
+      int64_t pending = 0;
+      for_each_tile(tiles, rows * Q, Q, 4 * pitch, 4, [&](
+                        cpu::RowConvFn<T> fn, const int64_t* offsets,
+                        int64_t first, int64_t m) {
+        if (pending == 0) {
+          // the group's output lines are fetched while its tiles compute
+          for (const auto j : c10::irange(kn)) {
+            const T* line = y_band + j * P * Q + first;
+            __builtin_prefetch(line, 1);
+            __builtin_prefetch(line + kFlushPixels - 1, 1);
+          }
+        }
+        fn(rows_in, offsets, height * pitch, pitch, C, kKernelSize,
+           wp + kb * C * kTaps * B, init + k0, tile + pending * B);
+        pending += m;
+        if (pending >= kFlushPixels || first + m == rows * Q) {
+          kern.transpose(tile, B, pending, kn,
+                         y_band + first + m - pending, P * Q);
+          pending = 0;
+        }
+      });
+    }
+  });
+}
+
+template <typename T>
+void input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t pad,
+                at::Tensor& dx) {
+  const auto& kern = cpu::kernels<T>(cpu::cpu_isa());
+  const int64_t N = dx.size(0), C = dx.size(1), H = dx.size(2), W = dx.size(3);
+  const int64_t K = dy.size(1), P = dy.size(2), Q = dy.size(3);
+  const auto& tiles =
+      blocking(kern.input_grad, kern.nsets, ceil_div(16 * C, kern.lanes));
+  const int64_t B = tiles.kv * kern.lanes, blocks = ceil_div(16 * C, B);
+  auto packed = at::empty({blocks * K * 9 * B}, dx.options());
+  cpu::pack_input_grad_weights(weight.const_data_ptr<T>(), K, C, B, blocks,
+                               packed.mutable_data_ptr<T>());
+  const T* wp = packed.const_data_ptr<T>();
+  const auto zero = at::zeros({B}, dx.options());
+  // input row h = 4i + a - pad for phase a < 4; likewise columns with j, b
+  const int64_t i0 = pad / 4, j0 = pad / 4;
+  const int64_t I = (H - 1 + pad) / 4 - i0 + 1, J = (W - 1 + pad) / 4 - j0 + 1;
+  const auto band = bands(I, N, 8);
+  // grad_output rows i - 2 .. i and columns j - 2 .. j feed phase pixel (i, j)
+  const int64_t pitch = J + 2;
+  const int64_t band_size = K * (band.max_rows() + 2) * pitch;
+  T* out = dx.mutable_data_ptr<T>();
+  parallel_items<T>(N * band.count, band_size + tiles.m[0] * B,
+                    [&](T* rows_dy, int64_t item) {
+    T* tile = rows_dy + band_size;
+    const int64_t n = item / band.count, b = item % band.count;
+    const int64_t ib = i0 + band.begin(b), rows = i0 + band.begin(b + 1) - ib;
+    cpu::pack_rows(strided<T>(dy, n), K, P, Q, ib - 2, rows + 2, j0 - 2,
+                   pitch, rows_dy);
+    for (const auto kb : c10::irange(blocks)) {
+      const int64_t ln = std::min(B, 16 * C - kb * B);
+      for_each_tile(tiles, rows * J, J, pitch, 1, [&](
+                        cpu::RowConvFn<T> fn, const int64_t* offsets,
+                        int64_t first, int64_t m) {
+        fn(rows_dy, offsets, (rows + 2) * pitch, pitch, K, 3,
+           wp + kb * K * 9 * B, zero.const_data_ptr<T>(), tile);
+        // lanes 4g .. 4g + 3 are the column phases of channel g / 4 at row
+        // phase g % 4: four neighbours in an input row
+        for (const auto mm : c10::irange(m)) {
+          const int64_t i = ib + (first + mm) / J, j = j0 + (first + mm) % J;
+          const int64_t w0 = 4 * j - pad;
+          const bool inside = w0 >= 0 && w0 + 4 <= W;
+          for (int64_t g = kb * B / 4; g < (kb * B + ln) / 4; ++g) {
+            const int64_t h = 4 * i + g % 4 - pad;
+            if (h < 0 || h >= H) {
               continue;
             }
-            const T* in = plane + h * g.W;
-            if (s_lo == 0 && s_hi == kKernelSize) {
-              // interior: a fixed-length copy the compiler unrolls
-              for (const auto s : c10::irange(kKernelSize)) {
-                out[s] = in[w0 + s];
+            const T* src = tile + mm * B + 4 * g - kb * B;
+            T* dst = out + ((n * C + g / 4) * H + h) * W + w0;
+            if (inside) {
+              std::copy(src, src + 4, dst);
+              continue;
+            }
+            for (const auto b4 : c10::irange(4)) {
+              if (w0 + b4 >= 0 && w0 + b4 < W) {
+                dst[b4] = src[b4];
               }
-              continue;
             }
-            std::fill(out, out + s_lo, T(0));
-            std::copy(in + w0 + s_lo, in + w0 + s_hi, out + s_lo);
-            std::fill(out + s_hi, out + kKernelSize, T(0));
+          }
+        }
+      });
+    }
+  });
+}
+
+template <typename T>
+void weight_grad(const at::Tensor& dy, const at::Tensor& x, int64_t pad,
+                 T* grad_weight, T* grad_bias) {
+  const auto& kern = cpu::kernels<T>(cpu::cpu_isa());
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t K = dy.size(1), P = dy.size(2), Q = dy.size(3);
+  const int64_t B = kern.wgrad_kv * kern.lanes, blocks = ceil_div(K, B);
+  const auto band = bands(P, N, 8);
+  const int64_t items = N * band.count;
+  const int64_t slices = std::min(
+      items, std::max<int64_t>(8, at::get_num_threads()));
+  const int64_t part_size = blocks * C * kTaps * B + blocks * B;
+  auto partial = at::zeros({slices, part_size}, x.options());
+  const int64_t pitch = 4 * Q + 7;
+  const int64_t band_size = C * (4 * band.max_rows() + 7) * pitch;
+  const int64_t dyt_size = blocks * band.max_rows() * Q * B;
+  parallel_items<T>(slices, band_size + dyt_size, [&](T* rows_in,
+                                                      int64_t slice) {
+    T* dyt = rows_in + band_size;
+    T* part = partial.mutable_data_ptr<T>() + slice * part_size;
+    for (const auto item : c10::irange(
+             slice * items / slices, (slice + 1) * items / slices)) {
+      const int64_t n = item / band.count, b = item % band.count;
+      const int64_t p0 = band.begin(b), rows = band.begin(b + 1) - p0;
+      const int64_t height = 4 * rows + 7;
+      cpu::pack_rows(strided<T>(x, n), C, H, W, 4 * p0 - pad, height, -pad,
+                     pitch, rows_in);
+      cpu::pack_grad_transposed(strided<T>(dy, n), K, p0, rows, Q, B, blocks,
+                                kern.transpose, dyt);
+      if (grad_bias != nullptr) {
+        cpu::add_pixel_sums(dyt, blocks, rows * Q, B,
+                            part + blocks * C * kTaps * B);
+      }
+      for (const auto kb : c10::irange(blocks)) {
+        for (const auto c : c10::irange(C)) {
+          for (const auto r : c10::irange(kKernelSize)) {
+            kern.wgrad(rows_in + (c * height + r) * pitch, 4 * pitch,
+                       dyt + kb * rows * Q * B, rows, Q,
+                       part + ((kb * C + c) * kTaps + r * kKernelSize) * B);
           }
         }
       }
     }
   });
-}
-
-// x[b, c, 4p + r - pad, 4q + s - pad] += cols[b, c*121 + r*11 + s, p*Q + q]:
-// the adjoint of unfold, from the tap-major matrix W^T . dy.
-// Each task owns whole (image, channel) planes, so there are no races and
-// the summation order is fixed.
-template <typename T>
-void fold_add(const T* cols, const Geometry& g, int64_t images, T* x) {
-  at::parallel_for(0, images * g.C, 1, [&](int64_t begin, int64_t end) {
-    for (const auto plane_index : c10::irange(begin, end)) {
-      T* plane = x + plane_index * g.H * g.W;
-      const T* src = cols + plane_index * kTaps * g.cols();
-      for (const auto r : c10::irange(kKernelSize)) {
-        for (const auto s : c10::irange(kKernelSize)) {
-          const T* row = src + (r * kKernelSize + s) * g.cols();
-          const auto [q_lo, q_hi] = g.valid_q(s);
-          for (const auto p : c10::irange(g.P)) {
-            const int64_t h = kStride * p + r - g.pad;
-            if (h < 0 || h >= g.H) {
-              continue;
-            }
-            T* out = plane + h * g.W + s - g.pad;
-            const T* in = row + p * g.Q;
-            for (int64_t q = q_lo; q < q_hi; ++q) {
-              out[kStride * q] += in[q];
-            }
-          }
+  const T* parts = partial.const_data_ptr<T>();
+  at::parallel_for(0, K, 1, [&](int64_t begin, int64_t end) {
+    for (const auto k : c10::irange(begin, end)) {
+      const int64_t kb = k / B, j = k % B;
+      for (const auto t : c10::irange(C * kTaps)) {
+        T sum = 0;
+        for (const auto slice : c10::irange(slices)) {
+          sum += parts[slice * part_size + (kb * C * kTaps + t) * B + j];
         }
+        grad_weight[k * C * kTaps + t] = sum;
+      }
+      if (grad_bias != nullptr) {
+        T sum = 0;
+        for (const auto slice : c10::irange(slices)) {
+          sum += parts[slice * part_size + blocks * C * kTaps * B + k];
+        }
+        grad_bias[k] = sum;
       }
     }
   });
@@ -150,38 +333,20 @@ at::Tensor conv11s4_cpu(
                input.to(at::kFloat), weight.to(at::kFloat), bias, padding)
         .to(input.scalar_type());
   }
-  const int64_t N = size[0].expect_int(), K = size[1].expect_int();
-  const auto g = geometry(
-      input.size(1), input.size(2), input.size(3), size[2].expect_int(),
-      size[3].expect_int(), padding);
-  auto output = at::empty({N, K, g.P, g.Q}, input.options());
-  if (N == 0) {
+  auto output = at::empty(
+      {size[0].expect_int(), size[1].expect_int(), size[2].expect_int(),
+       size[3].expect_int()},
+      input.options());
+  if (output.numel() == 0) {
     return output;
   }
-  const auto x = input.contiguous();
-  const auto w = weight.contiguous().view({K, g.rows()});
-  const auto bias = has_bias ? bias_opt->view({K, 1}) : at::Tensor();
-  const int64_t chunk = chunk_images(g, N);
-  auto cols = at::empty({chunk, g.cols(), g.rows()}, x.options());
-  auto y = output.view({N, K, g.cols()});
-  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, N - n0);
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv11s4_cpu", [&] {
-      unfold(x.const_data_ptr<scalar_t>() + n0 * g.C * g.H * g.W, g, nb,
-             cols.mutable_data_ptr<scalar_t>());
-    });
-    // One GEMM per image straight into its output plane, the bias as the
-    // GEMM's addend: no batched copy of the weight, no extra pass.
-    for (const auto b : c10::irange(nb)) {
-      auto y_b = y[n0 + b];
-      const auto cols_b = cols[b].t();
-      if (has_bias) {
-        at::addmm_out(y_b, bias, w, cols_b);
-      } else {
-        at::mm_out(y_b, w, cols_b);
-      }
-    }
-  }
+  const auto w = weight.contiguous();
+  const auto bias = has_bias ? bias_opt->contiguous() : at::Tensor();
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "conv11s4_cpu", [&] {
+    forward<scalar_t>(input, w,
+                      has_bias ? bias.const_data_ptr<scalar_t>() : nullptr,
+                      padding, output);
+  });
   return output;
 }
 
@@ -199,28 +364,16 @@ at::Tensor conv11s4_backward_input_cpu(
                input_size_sym, padding)
         .to(grad_output.scalar_type());
   }
-  const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
-  const int64_t N = input_size[0], K = weight.size(0);
-  const auto g = geometry(
-      input_size[1], input_size[2], input_size[3], grad_output.size(2),
-      grad_output.size(3), padding);
-  auto grad_input = at::zeros(input_size, grad_output.options());
-  if (N == 0) {
+  auto grad_input = at::empty(
+      C10_AS_INTARRAYREF_SLOW(input_size_sym), grad_output.options());
+  if (grad_input.numel() == 0) {
     return grad_input;
   }
-  const auto go = grad_output.contiguous();
-  const auto wt = weight.contiguous().view({K, g.rows()}).t();
-  const int64_t chunk = chunk_images(g, N);
-  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, N - n0);
-    const auto cols =
-        at::matmul(wt, go.narrow(0, n0, nb).view({nb, K, g.cols()}));
-    AT_DISPATCH_FLOATING_TYPES(go.scalar_type(), "conv11s4_backward_input_cpu", [&] {
-      fold_add(cols.const_data_ptr<scalar_t>(), g, nb,
-               grad_input.mutable_data_ptr<scalar_t>() +
-                   n0 * g.C * g.H * g.W);
-    });
-  }
+  const auto w = weight.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(
+      grad_output.scalar_type(), "conv11s4_backward_input_cpu", [&] {
+        input_grad<scalar_t>(grad_output, w, padding, grad_input);
+      });
   return grad_input;
 }
 
@@ -237,35 +390,21 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cpu(
         grad_output.to(at::kFloat), input.to(at::kFloat), padding, bias_grad);
     return {gw.to(input.scalar_type()), gb.to(input.scalar_type())};
   }
-  const int64_t N = input.size(0), K = wsize[0].expect_int();
-  const auto g = geometry(
-      input.size(1), input.size(2), input.size(3), grad_output.size(2),
-      grad_output.size(3), padding);
-  auto grad_weight = at::zeros({K, g.rows()}, input.options());
-  auto grad_bias = at::empty({bias_grad ? K : 0}, input.options());
-  if (bias_grad) {
-    grad_bias.copy_(at::sum(grad_output, {0, 2, 3}));
+  const int64_t K = wsize[0].expect_int(), C = wsize[1].expect_int();
+  auto grad_bias = at::zeros({bias_grad ? K : 0}, input.options());
+  if (input.size(0) == 0) {
+    return {at::zeros({K, C, kKernelSize, kKernelSize}, input.options()),
+            grad_bias};
   }
-  if (N == 0) {
-    return {grad_weight.view({K, g.C, kKernelSize, kKernelSize}), grad_bias};
-  }
-  const auto x = input.contiguous();
-  const auto go = grad_output.contiguous();
-  const int64_t chunk = chunk_images(g, N);
-  auto cols = at::empty({chunk, g.cols(), g.rows()}, x.options());
-  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, N - n0);
-    auto cols_nb = cols.narrow(0, 0, nb);
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv11s4_backward_weight_cpu", [&] {
-      unfold(x.const_data_ptr<scalar_t>() + n0 * g.C * g.H * g.W, g, nb,
-             cols_nb.mutable_data_ptr<scalar_t>());
-    });
-    const auto g_nb = go.narrow(0, n0, nb).view({nb, K, g.cols()});
-    for (const auto b : c10::irange(nb)) {
-      grad_weight.addmm_(g_nb[b], cols_nb[b]);
-    }
-  }
-  return {grad_weight.view({K, g.C, kKernelSize, kKernelSize}), grad_bias};
+  auto grad_weight = at::empty({K, C, kKernelSize, kKernelSize}, input.options());
+  AT_DISPATCH_FLOATING_TYPES(
+      input.scalar_type(), "conv11s4_backward_weight_cpu", [&] {
+        weight_grad<scalar_t>(
+            grad_output, input, padding,
+            grad_weight.mutable_data_ptr<scalar_t>(),
+            bias_grad ? grad_bias.mutable_data_ptr<scalar_t>() : nullptr);
+      });
+  return {grad_weight, grad_bias};
 }
 
 }  // namespace

@@ -1,0 +1,80 @@
+#pragma once
+// The CPU micro-kernels' interface: one table of function pointers per
+// instruction set and dtype, filled by a translation unit compiled for that
+// instruction set (kernels_avx512.cpp, kernels_avx2.cpp, kernels_default.cpp).
+// Everything outside those files is portable code that picks a table at run
+// time, as ATen's DispatchStub does.
+
+#include <cstdint>
+
+namespace alexop::cpu {
+
+enum class Isa { kDefault, kAvx2, kAvx512 };
+
+// The best instruction set this CPU runs, lowered by the environment variable
+// ALEXOP_CPU_CAPABILITY (default, avx2 or avx512), read at every call so
+// tests can force the portable kernels.
+Isa cpu_isa();
+
+// Row convolution, the forward's and input gradient's inner product:
+//   out[m][j] = init[j] + sum over c < nchan, r < nrows, s < S of
+//               w[((c * nrows + r) * S + s) * B + j]
+//             * in[c * cstride + r * rstride + offsets[m] + s]
+// for m < M pixels and j < B = kv * lanes output channels. The forward runs
+// it with S = 11 on input rows, the input gradient with S = 3 on rows of
+// grad_output (a space-to-depth view of the stride). A tile's pixels may lie
+// on different rows: the offsets place each.
+template <typename T>
+using RowConvFn = void (*)(const T* in, const int64_t* offsets,
+                           int64_t cstride, int64_t rstride, int64_t nchan,
+                           int64_t nrows, const T* w, const T* init, T* out);
+
+// One register blocking of the row convolution: kv vectors of output
+// channels times m[i] pixels; m is {largest, 4, 2, 1}, so any number of
+// pixels splits into tiles with no pixel computed twice.
+constexpr int kMaxTilePixels = 24;
+
+template <typename T>
+struct RowConvTiles {
+  int kv;
+  int m[4];
+  RowConvFn<T> fn[4];
+};
+
+// Weight gradient over one 11-tap row:
+//   acc[s * B + j] += sum over p < rows, q < Q of
+//                     dyt[(p * Q + q) * B + j] * x[p * xstep + 4 * q + s]
+// for s < 11 and j < B = wgrad_kv * lanes output channels.
+template <typename T>
+using WgradRowFn = void (*)(const T* x, int64_t xstep, const T* dyt,
+                            int64_t rows, int64_t Q, T* acc);
+
+// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: between the
+// tiles' pixel-major and the tensors' channel-major layouts.
+template <typename T>
+using TransposeFn = void (*)(const T* src, int64_t lds, int64_t rows,
+                             int64_t cols, T* dst, int64_t ldd);
+
+template <typename T>
+struct Kernels {
+  int lanes;
+  int nsets;
+  RowConvTiles<T> forward[4];  // S = 11
+  RowConvTiles<T> input_grad[4];  // S = 3, same blockings
+  int wgrad_kv;
+  WgradRowFn<T> wgrad;
+  TransposeFn<T> transpose;
+};
+
+template <typename T>
+const Kernels<T>& kernels(Isa isa);
+
+// The per-instruction-set tables; avx2 and avx512 exist on x86-64 only.
+template <typename T>
+const Kernels<T>& kernels_default();
+template <typename T>
+const Kernels<T>& kernels_avx2();
+template <typename T>
+const Kernels<T>& kernels_avx512();
+
+}  // namespace alexop::cpu

@@ -1,0 +1,183 @@
+#pragma once
+// The micro-kernels, written once over a vector type V (V::T the scalar,
+// V::Reg a register of V::kLanes scalars, with zero / load / fma / store and
+// bcast, one scalar from memory to every lane). Each kernels_<isa>.cpp
+// defines ALEXOP_CPU_ISA (the namespace, like ATen's CPU_CAPABILITY) and
+// ALEXOP_TARGET (the function attribute that lets the compiler use that
+// instruction set here only), then includes this file.
+// Register blocks are arrays indexed by loop counters the compiler unrolls
+// completely, so they live in registers.
+
+#include "kernels.h"
+
+#if defined(__clang__)
+#define ALEXOP_UNROLL _Pragma("unroll")
+#else
+#define ALEXOP_UNROLL _Pragma("GCC unroll 32")
+#endif
+
+namespace alexop::cpu::ALEXOP_CPU_ISA {
+
+template <class V, int KV, int M, int S>
+ALEXOP_TARGET void row_conv(const typename V::T* in, const int64_t* offsets,
+                            int64_t cstride, int64_t rstride, int64_t nchan,
+                            int64_t nrows, const typename V::T* w,
+                            const typename V::T* init, typename V::T* out) {
+  using Reg = typename V::Reg;
+  constexpr int L = V::kLanes, B = KV * L;
+  int64_t offset[M];
+  ALEXOP_UNROLL
+  for (int m = 0; m < M; ++m) {
+    offset[m] = offsets[m];
+  }
+  Reg acc[M][KV];
+  ALEXOP_UNROLL
+  for (int v = 0; v < KV; ++v) {
+    const Reg start = V::load(init + v * L);
+    ALEXOP_UNROLL
+    for (int m = 0; m < M; ++m) {
+      acc[m][v] = start;
+    }
+  }
+  for (int64_t c = 0; c < nchan; ++c) {
+    const auto* row = in + c * cstride;
+    for (int64_t r = 0; r < nrows; ++r, row += rstride, w += S * B) {
+      ALEXOP_UNROLL
+      for (int s = 0; s < S; ++s) {
+        Reg wv[KV];
+        ALEXOP_UNROLL
+        for (int v = 0; v < KV; ++v) {
+          wv[v] = V::load(w + s * B + v * L);
+        }
+        ALEXOP_UNROLL
+        for (int m = 0; m < M; ++m) {
+          const Reg x = V::bcast(row + offset[m] + s);
+          ALEXOP_UNROLL
+          for (int v = 0; v < KV; ++v) {
+            acc[m][v] = V::fma(wv[v], x, acc[m][v]);
+          }
+        }
+      }
+    }
+  }
+  ALEXOP_UNROLL
+  for (int m = 0; m < M; ++m) {
+    ALEXOP_UNROLL
+    for (int v = 0; v < KV; ++v) {
+      V::store(out + m * B + v * L, acc[m][v]);
+    }
+  }
+}
+
+template <class V, int KV>
+ALEXOP_TARGET void wgrad_row(const typename V::T* x, int64_t xstep,
+                             const typename V::T* dyt, int64_t rows,
+                             int64_t Q, typename V::T* acc) {
+  using Reg = typename V::Reg;
+  constexpr int L = V::kLanes, B = KV * L, S = 11;
+  Reg a[S][KV];
+  ALEXOP_UNROLL
+  for (int s = 0; s < S; ++s) {
+    ALEXOP_UNROLL
+    for (int v = 0; v < KV; ++v) {
+      a[s][v] = V::load(acc + s * B + v * L);
+    }
+  }
+  for (int64_t p = 0; p < rows; ++p, x += xstep) {
+    const auto* xq = x;
+    for (int64_t q = 0; q < Q; ++q, xq += 4, dyt += B) {
+      Reg d[KV];
+      ALEXOP_UNROLL
+      for (int v = 0; v < KV; ++v) {
+        d[v] = V::load(dyt + v * L);
+      }
+      ALEXOP_UNROLL
+      for (int s = 0; s < S; ++s) {
+        const Reg xs = V::bcast(xq + s);
+        ALEXOP_UNROLL
+        for (int v = 0; v < KV; ++v) {
+          a[s][v] = V::fma(d[v], xs, a[s][v]);
+        }
+      }
+    }
+  }
+  ALEXOP_UNROLL
+  for (int s = 0; s < S; ++s) {
+    ALEXOP_UNROLL
+    for (int v = 0; v < KV; ++v) {
+      V::store(acc + s * B + v * L, a[s][v]);
+    }
+  }
+}
+
+// The transpose where the instruction set has no register version.
+template <typename T>
+ALEXOP_TARGET void transpose_scalar(const T* src, int64_t lds, int64_t rows,
+                                    int64_t cols, T* dst, int64_t ldd) {
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = 0; r < rows; ++r) {
+      dst[c * ldd + r] = src[r * lds + c];
+    }
+  }
+}
+
+// The transpose in L x L blocks of registers, for an instruction set with
+// masked loads and stores (V::load_n / V::store_n take the first n lanes)
+// and an in-register V::transpose.
+template <class V>
+ALEXOP_TARGET void transpose_blocks(const typename V::T* src, int64_t lds,
+                                    int64_t rows, int64_t cols,
+                                    typename V::T* dst, int64_t ldd) {
+  using Reg = typename V::Reg;
+  constexpr int L = V::kLanes;
+  for (int64_t r0 = 0; r0 < rows; r0 += L) {
+    const int nr = rows - r0 < L ? static_cast<int>(rows - r0) : L;
+    for (int64_t c0 = 0; c0 < cols; c0 += L) {
+      const int nc = cols - c0 < L ? static_cast<int>(cols - c0) : L;
+      Reg b[L];
+      ALEXOP_UNROLL
+      for (int i = 0; i < L; ++i) {
+        b[i] = V::load_n(src + (r0 + i) * lds + c0, i < nr ? nc : 0);
+      }
+      V::transpose(b);
+      ALEXOP_UNROLL
+      for (int i = 0; i < L; ++i) {
+        if (i < nc) {
+          V::store_n(dst + (c0 + i) * ldd + r0, b[i], nr);
+        }
+      }
+    }
+  }
+}
+
+template <int KV, int M>
+struct Blocking {};
+
+template <class V, int S, int KV, int M>
+RowConvTiles<typename V::T> tiles(Blocking<KV, M>) {
+  static_assert(M >= 4 && M <= kMaxTilePixels,
+                "tails are split into 4, 2 and 1 pixels");
+  return {KV,
+          {M, 4, 2, 1},
+          {&row_conv<V, KV, M, S>, &row_conv<V, KV, 4, S>,
+           &row_conv<V, KV, 2, S>, &row_conv<V, KV, 1, S>}};
+}
+
+// Blockings are listed best first: the caller takes the first that wastes
+// no more lanes than the others.
+template <class V, int WgradKV, class... Blockings>
+Kernels<typename V::T> make_kernels(TransposeFn<typename V::T> transpose,
+                                    Blockings... blockings) {
+  Kernels<typename V::T> k{};
+  k.lanes = V::kLanes;
+  k.nsets = 0;
+  ((k.forward[k.nsets] = tiles<V, 11>(blockings),
+    k.input_grad[k.nsets] = tiles<V, 3>(blockings), ++k.nsets),
+   ...);
+  k.wgrad_kv = WgradKV;
+  k.wgrad = &wgrad_row<V, WgradKV>;
+  k.transpose = transpose;
+  return k;
+}
+
+}  // namespace alexop::cpu::ALEXOP_CPU_ISA

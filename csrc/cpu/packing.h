@@ -1,0 +1,145 @@
+#pragma once
+// Layout changes around the micro-kernels: zero-padded row bands of an image
+// (input or grad_output, any strides), weights in the kernels' blocked
+// orders, and grad_output transposed to pixel-major for the weight gradient.
+// Each writes every element of its destination, so buffers are never zeroed.
+
+#include "../conv11s4.h"
+#include "kernels.h"
+
+#include <c10/util/irange.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace alexop::cpu {
+
+// A 4-d tensor's data pointer and strides, in elements.
+template <typename T>
+struct Strided {
+  const T* data;
+  int64_t n, c, h, w;
+};
+
+// dst[c][i][j] = src[c][h0 + i][w0 + j], zero outside the H x W image,
+// for c < C, i < rows, j < pitch.
+template <typename T>
+void pack_rows(const Strided<T>& src, int64_t C, int64_t H, int64_t W,
+               int64_t h0, int64_t rows, int64_t w0, int64_t pitch, T* dst) {
+  // columns j in [lo, hi) come from the image
+  const int64_t lo = std::clamp<int64_t>(-w0, 0, pitch);
+  const int64_t hi = std::clamp<int64_t>(W - w0, lo, pitch);
+  for (const auto c : c10::irange(C)) {
+    for (const auto i : c10::irange(rows)) {
+      T* out = dst + (c * rows + i) * pitch;
+      const int64_t h = h0 + i;
+      if (h < 0 || h >= H) {
+        std::fill(out, out + pitch, T(0));
+        continue;
+      }
+      std::fill(out, out + lo, T(0));
+      const T* in = src.data + c * src.c + h * src.h + (w0 + lo) * src.w;
+      if (src.w == 1) {
+        std::memcpy(out + lo, in, (hi - lo) * sizeof(T));
+      } else {
+        for (int64_t j = lo; j < hi; ++j, in += src.w) {
+          out[j] = *in;
+        }
+      }
+      std::fill(out + hi, out + pitch, T(0));
+    }
+  }
+}
+
+// The forward's weights: dst[kb][c][r][s][j] = w[kb * B + j][c][r][s], zero
+// for the channels past K that fill the last block. w is contiguous.
+template <typename T>
+void pack_forward_weights(const T* w, int64_t K, int64_t C, int64_t B,
+                          int64_t blocks, T* dst) {
+  constexpr int64_t taps = kKernelSize * kKernelSize;
+  for (const auto kb : c10::irange(blocks)) {
+    for (const auto t : c10::irange(C * taps)) {
+      T* out = dst + (kb * C * taps + t) * B;
+      for (const auto j : c10::irange(B)) {
+        const int64_t k = kb * B + j;
+        out[j] = k < K ? w[k * C * taps + t] : T(0);
+      }
+    }
+  }
+}
+
+// The input gradient's weights, by space-to-depth: lane l of the output is
+// input channel c = l / 16 at row phase a = l / 4 % 4 and column phase
+// b = l % 4, and the 11x11 kernel becomes 3x3 taps (t, u) over grad_output:
+//   dst[kb][k][t][u][j] = w[k][c][a + 8 - 4t][b + 8 - 4u],  l = kb * B + j,
+// zero where a tap falls outside the kernel or c >= C (taps reversed so the
+// micro-kernel walks grad_output forwards).
+template <typename T>
+void pack_input_grad_weights(const T* w, int64_t K, int64_t C, int64_t B,
+                             int64_t blocks, T* dst) {
+  constexpr int64_t taps = kKernelSize * kKernelSize;
+  for (const auto kb : c10::irange(blocks)) {
+    for (const auto k : c10::irange(K)) {
+      for (const auto t : c10::irange(3)) {
+        for (const auto u : c10::irange(3)) {
+          T* out = dst + (((kb * K + k) * 3 + t) * 3 + u) * B;
+          for (const auto j : c10::irange(B)) {
+            const int64_t l = kb * B + j, c = l / 16;
+            const int64_t r = l / 4 % 4 + 8 - 4 * t, s = l % 4 + 8 - 4 * u;
+            out[j] = c < C && r < kKernelSize && s < kKernelSize
+                ? w[(k * C + c) * taps + r * kKernelSize + s]
+                : T(0);
+          }
+        }
+      }
+    }
+  }
+}
+
+// grad_output rows [p0, p0 + rows) of one image, pixel-major in blocks of B
+// channels: dst[kb][i * Q + q][j] = dy[kb * B + j][p0 + i][q], zero past K.
+template <typename T>
+void pack_grad_transposed(const Strided<T>& dy, int64_t K, int64_t p0, int64_t rows, int64_t Q, int64_t B,
+                          int64_t blocks, cpu::TransposeFn<T> transpose,
+                          T* dst) {
+  const int64_t pixels = rows * Q;
+  // the band is one run of each channel plane when rows are Q apart
+  const bool runs = dy.w == 1 && (dy.h == Q || rows == 1);
+  for (const auto kb : c10::irange(blocks)) {
+    T* out = dst + kb * pixels * B;
+    const int64_t kn = std::min(B, K - kb * B);
+    if (kn < B) {
+      std::fill(out, out + pixels * B, T(0));
+    }
+    const T* in = dy.data + kb * B * dy.c + p0 * dy.h;
+    if (runs) {
+      transpose(in, dy.c, kn, pixels, out, B);
+      continue;
+    }
+    for (const auto j : c10::irange(kn)) {
+      for (const auto i : c10::irange(rows)) {
+        for (const auto q : c10::irange(Q)) {
+          out[(i * Q + q) * B + j] = in[j * dy.c + i * dy.h + q * dy.w];
+        }
+      }
+    }
+  }
+}
+
+// sums[kb * B + j] += dyt[kb][i][j] for every pixel i < pixels of
+// pack_grad_transposed's blocks: the bias gradient, channels in lanes.
+template <typename T>
+void add_pixel_sums(const T* dyt, int64_t blocks, int64_t pixels, int64_t B,
+                    T* sums) {
+  for (const auto kb : c10::irange(blocks)) {
+    T* s = sums + kb * B;
+    for (const auto i : c10::irange(pixels)) {
+      const T* row = dyt + (kb * pixels + i) * B;
+      for (const auto j : c10::irange(B)) {
+        s[j] += row[j];
+      }
+    }
+  }
+}
+
+}  // namespace alexop::cpu
