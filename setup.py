@@ -132,15 +132,28 @@ class Build(BuildExtension):
         super().build_extensions()
 
 
+def openmp() -> list[str]:
+    # at::parallel_for runs its loop on one thread unless the file that calls
+    # it is compiled with OpenMP (it is inline in ATen's headers); the library
+    # then binds to the libgomp.so.1 torch has loaded, so torch.set_num_threads
+    # applies.
+    return ["-fopenmp"] if torch.backends.openmp.is_available() and sys.platform.startswith("linux") else []
+
+
 def extension():
     # csrc/cuda/ holds host code too (.cpp), for the CUDA build only
     sources = sorted(p for p in glob.glob("csrc/**/*.cpp", recursive=True) if not p.startswith("csrc/cuda/"))
     cxx = ["-O3"]
     if os.environ.get("DEBUG", "0") == "1":
         cxx = ["-O0", "-g"]
+    cxx += openmp()
     if not build_cuda():
         return CppExtension(
-            "alexop._C", sources, extra_compile_args={"cxx": cxx}, py_limited_api=True
+            "alexop._C",
+            sources,
+            extra_compile_args={"cxx": cxx},
+            extra_link_args=openmp(),
+            py_limited_api=True,
         )
     if not os.environ.get("TORCH_CUDA_ARCH_LIST"):
         os.environ["TORCH_CUDA_ARCH_LIST"] = default_archs()
@@ -151,6 +164,7 @@ def extension():
         sources + cu_sources,
         include_dirs=cuda_include_dirs(),
         extra_compile_args={"cxx": cxx, "nvcc": nvcc},
+        extra_link_args=openmp(),
         # py_limited_api keeps libtorch_python off the link line: the library
         # has no Python symbols, so C++ processes can load it.
         py_limited_api=True,
