@@ -19,12 +19,23 @@ step whose host time exceeds its GPU time is bound by the host.
     python scripts/bench.py --quick               # headline rows only
     python scripts/bench.py --device cpu --batches 8 32
 
+On the CPU each case (batch, dtype, thread count, step) times alexop with NCHW
+and with channels_last input and ATen's convolution (oneDNN for float32) with
+NCHW and with channels_last input and weight, interleaved call by call
+(A/B/C/D, A/B/C/D, ...) so a machine shared with other work slows all alike;
+"ratio" is the faster ATen layout's median over alexop's (above 1: alexop is
+faster). Defaults: batches 1 8 32, float32 and float64, this machine's core
+count and 1 thread:
+
+    python scripts/bench.py --device cpu --threads 2 1 --dtypes float32
+
 Writes bench_results/bench.json, bench.md (a markdown table) and bench.png (if
 matplotlib is installed) and prints the table.
 """
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -101,16 +112,9 @@ SLEEP_CYCLES_PER_MS = 2_000_000
 
 
 def time_ms(fn, data, device, warmup, reps):
-    """(median GPU ms, median host ms) of one step; on the CPU both are wall time."""
+    """(median GPU ms, median host ms) of one step on the GPU."""
     for i in range(warmup):
         fn(*data[i % len(data)])
-    if device.type != "cuda":
-        times = []
-        for i in range(reps):
-            start = time.perf_counter()
-            fn(*data[i % len(data)])
-            times.append((time.perf_counter() - start) * 1e3)
-        return statistics.median(times), statistics.median(times)
     # the warm-up above absorbs one-time work (torch.compile, cuDNN's choice);
     # a second one, behind a 10 ms sleep, measures the host's enqueue time
     torch.cuda.synchronize(device)
@@ -152,8 +156,8 @@ def error(fn, data, step):
 STEPS = ["fwd", "fwd+bwd(w,b)", "fwd+bwd(x,w,b)"]
 
 
-def cases(device, batches, c_outs, steps):
-    dtypes = [torch.float32, torch.bfloat16, torch.float16] if device.type == "cuda" else [torch.float32]
+def cases(batches, c_outs, steps):
+    dtypes = [torch.float32, torch.bfloat16, torch.float16]
     for n in batches:
         for c_out in c_outs:
             for dtype in dtypes:
@@ -161,15 +165,10 @@ def cases(device, batches, c_outs, steps):
                     yield n, c_out, dtype, step
 
 
-def variants(device, dtype, quick):
-    """(label, conv, settings, channels_last) for alexop and the baselines."""
+def variants(dtype, quick):
+    """(label, conv, settings, channels_last) for alexop and the cuDNN baselines."""
     op = alexop.conv11s4
     ref = lambda x, w, b: F.conv2d(x, w, b, stride=4, padding=2)  # noqa: E731
-    if device.type == "cpu":
-        yield "alexop", op, {}, False
-        yield "ATen (oneDNN) NCHW", ref, {}, False
-        yield "ATen (oneDNN) NHWC", ref, {}, True
-        return
     if dtype == torch.float32:
         yield "alexop fp32 (default, fp32-accurate)", op, {"precision": "highest"}, False
         yield "alexop fp32 NHWC in", op, {"precision": "highest"}, True
@@ -188,6 +187,79 @@ def variants(device, dtype, quick):
         yield "alexop NHWC in", op, {}, True
         yield "cuDNN NCHW", ref, {}, False
         yield "cuDNN NHWC", ref, {}, True
+
+
+def cpu_name():
+    """The CPU's model name and core count, e.g. 'AMD EPYC (2 cores)'."""
+    names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+             if line.startswith("model name")] if Path("/proc/cpuinfo").exists() else []
+    return f"{names[0] if names else platform.processor() or 'CPU'} ({os.cpu_count()} cores)"
+
+
+CPU_VARIANTS = ["alexop", "alexop NHWC in", "ATen NCHW", "ATen NHWC"]
+
+
+def cpu_variants(data_nchw, data_nhwc):
+    """(label, conv, data) for alexop and ATen, NCHW and channels_last input."""
+    op = alexop.conv11s4
+    ref = lambda x, w, b: F.conv2d(x, w, b, stride=4, padding=2)  # noqa: E731
+    # ATen's channels_last case gets a channels_last weight too, as nn.Conv2d.to(channels_last) has
+    nhwc_ref = [(x, w.to(memory_format=torch.channels_last), b, dy) for x, w, b, dy in data_nhwc]
+    return [("alexop", op, data_nchw), ("alexop NHWC in", op, data_nhwc),
+            ("ATen NCHW", ref, data_nchw), ("ATen NHWC", ref, nhwc_ref)]
+
+
+def time_interleaved(fns, warmup, reps):
+    """Median wall ms of each (fn, data), called in turn, one call each per round."""
+    for fn, data in fns:
+        for i in range(warmup):
+            fn(*data[i % len(data)])
+    times = [[] for _ in fns]
+    for i in range(reps):
+        for (fn, data), t in zip(fns, times):
+            start = time.perf_counter()
+            fn(*data[i % len(data)])
+            t.append((time.perf_counter() - start) * 1e3)
+    return [statistics.median(t) for t in times]
+
+
+def run_cpu(args, env):
+    rows = []
+    dtypes = [getattr(torch, d) for d in args.dtypes]
+    todo = [(t, n, c, d, s) for t in args.threads for n in args.batches or [1, 8, 32] for c in args.c_out
+            for d in dtypes for s in args.steps]
+    saved = torch.get_num_threads()
+    for threads, n, c_out, dtype, step in tqdm(todo, desc="bench"):
+        torch.set_num_threads(threads)
+        data = make_data(n, c_out, dtype, torch.device("cpu"), False, sets=1, seed=n)
+        data_nhwc = [(x.to(memory_format=torch.channels_last), w, b, dy) for x, w, b, dy in data]
+        impls = [(label, step_fn(conv, step), d) for label, conv, d in cpu_variants(data, data_nhwc)]
+        times = time_interleaved([(fn, d) for _, fn, d in impls], args.warmup, args.reps or 11)
+        best = min(ms for (label, _, _), ms in zip(impls, times) if label.startswith("ATen"))
+        for (label, fn, d), ms in zip(impls, times):
+            rows.append({**env, "batch": n, "c_out": c_out, "dtype": str(dtype).removeprefix("torch."),
+                         "threads": threads, "step": step, "impl": label, "ms": ms, "host_ms": ms,
+                         "ratio": best / ms if label.startswith("alexop") else None,
+                         "rel_l2": error(fn, d, step)})
+    torch.set_num_threads(saved)
+    return rows
+
+
+def cpu_table(rows, env):
+    """One line per case: each variant's median ms and the two ratios."""
+    header = (f"{env['device_name']}, torch {env['torch']}; 3->C_out, 224x224, pad 2; median wall ms of "
+              "interleaved calls; ratio = faster ATen layout / alexop (ATen float32 is oneDNN)")
+    lines = [header, "", "| N | C_out | dtype | threads | step | alexop | alexop NHWC in | ATen NCHW | ATen NHWC "
+             "| ratio | ratio NHWC in | alexop rel L2 vs fp64 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    cases = {}
+    for r in rows:
+        cases.setdefault((r["batch"], r["c_out"], r["dtype"], r["threads"], r["step"]), {})[r["impl"]] = r
+    for (n, c_out, dtype, threads, step), by in cases.items():
+        ms = " | ".join(f"{by[v]['ms']:.2f}" for v in CPU_VARIANTS)
+        err = max(by[v]["rel_l2"] for v in CPU_VARIANTS[:2])
+        lines.append(f"| {n} | {c_out} | {dtype} | {threads} | {step} | {ms} | {by['alexop']['ratio']:.2f}x "
+                     f"| {by['alexop NHWC in']['ratio']:.2f}x | {err:.1e} |")
+    return lines
 
 
 def plot(rows, path):
@@ -228,38 +300,48 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+")
     parser.add_argument("--c-out", type=int, nargs="+", default=[96])
     parser.add_argument("--steps", nargs="+", default=STEPS, choices=STEPS)
-    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--reps", type=int, help="timed repetitions (default 30 on the GPU, 11 on the CPU)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="fewer baselines; batch 256 unless --batches")
+    parser.add_argument("--threads", type=int, nargs="+", default=sorted({os.cpu_count() or 1, 1}, reverse=True),
+                        help="CPU only: thread counts to time, each in turn")
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"], choices=["float32", "float64"],
+                        help="CPU only")
     parser.add_argument("--out", default="bench_results")
     args = parser.parse_args()
     device = torch.device(args.device)
-    batches = args.batches or ([1, 32, 128, 256, 512] if device.type == "cuda" else [8, 32])
-    if args.quick and not args.batches and device.type == "cuda":
-        batches = [256]
     env = {
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
         "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
     }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if device.type == "cpu":
+        rows = run_cpu(args, env)
+        (out / "bench.json").write_text(json.dumps(rows, indent=1))
+        lines = cpu_table(rows, env)
+        (out / "bench.md").write_text("\n".join(lines) + "\n")
+        print("\n" + "\n".join(lines))
+        return
+    batches = args.batches or [1, 32, 128, 256, 512]
+    if args.quick and not args.batches:
+        batches = [256]
     rows = []
-    todo = [(c, v) for c in cases(device, batches, args.c_out, args.steps) for v in variants(device, c[2], args.quick)]
+    todo = [(c, v) for c in cases(batches, args.c_out, args.steps) for v in variants(c[2], args.quick)]
     for (n, c_out, dtype, step), (label, conv, conf, channels_last) in tqdm(todo, desc="bench"):
-        data = make_data(n, c_out, dtype, device, channels_last, sets=3 if device.type == "cuda" else 1, seed=n)
+        data = make_data(n, c_out, dtype, device, channels_last, sets=3, seed=n)
         fn = step_fn(conv, step)
         with settings(**conf):
-            ms, host = time_ms(fn, data, device, args.warmup, args.reps if device.type == "cuda" else max(3, args.reps // 10))
+            ms, host = time_ms(fn, data, device, args.warmup, args.reps or 30)
             err = error(fn, data, step)
         rows.append({**env, "batch": n, "c_out": c_out, "dtype": str(dtype).removeprefix("torch."), "step": step,
                      "impl": label, "ms": ms, "host_ms": host, "rel_l2": err})
         del data
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(rows, indent=1))
     plot(rows, out / "bench.png")
 
-    timing = ("median GPU ms (each step queued behind a sleep kernel) and host ms to enqueue it"
-              if device.type == "cuda" else "median wall ms")
+    timing = "median GPU ms (each step queued behind a sleep kernel) and host ms to enqueue it"
     header = f"{env['device_name']}, torch {env['torch']}, cuDNN {env['cudnn']}; 3->C_out, 224x224, pad 2; {timing}"
     lines = [header, "", "| N | C_out | dtype | step | implementation | ms | host ms | rel L2 vs fp64 |",
              "|---|---|---|---|---|---|---|---|"]

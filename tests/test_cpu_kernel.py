@@ -1,0 +1,140 @@
+"""The CPU kernels: every shape, layout and instruction set against float64 F.conv2d, deterministic."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import alexop
+from conftest import REL_L2, assert_matches, make_inputs, reference, rel_l2
+
+# alexop picks the best instruction set the CPU has; ALEXOP_CPU_CAPABILITY lowers it.
+ISAS = ["avx512", "avx2", "default"]
+
+
+@pytest.fixture(params=ISAS)
+def isa(request, monkeypatch):
+    monkeypatch.setenv("ALEXOP_CPU_CAPABILITY", request.param)
+    return request.param
+
+
+def _grads(x, wt, b, grad, padding):
+    leaves = [t.detach().clone().requires_grad_() for t in (x, wt, b)]
+    out = alexop.conv11s4(*leaves, padding)
+    return torch.autograd.grad(out, leaves, grad)
+
+
+def _grads_reference(x, wt, b, grad, padding):
+    leaves = [t.detach().double().requires_grad_() for t in (x, wt, b)]
+    out = F.conv2d(*leaves, stride=4, padding=padding)
+    return torch.autograd.grad(out, leaves, grad.double())
+
+
+def _check_all(x, wt, b, padding, dtype):
+    out = alexop.conv11s4(x, wt, b, padding)
+    assert out.is_contiguous()
+    assert_matches(out, reference(x, wt, b, padding), dtype)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(dtype)
+    for name, got, want in zip(("input", "weight", "bias"), _grads(x, wt, b, grad, padding),
+                               _grads_reference(x, wt, b, grad, padding)):
+        assert got.dtype == dtype and got.shape == want.shape, name
+        assert rel_l2(got, want) <= REL_L2[dtype], name
+
+
+# (N, C_in, C_out, H, W, padding): odd and non-square sizes, every padding 0..5, channel counts
+# that fill register blocks exactly and that leave partial ones, tile tails of every length.
+SHAPES = [
+    (1, 1, 1, 11, 11, 0),
+    (2, 1, 5, 13, 30, 1),
+    (1, 2, 16, 23, 19, 2),
+    (3, 3, 96, 35, 37, 2),
+    (2, 3, 64, 29, 41, 3),
+    (1, 4, 33, 20, 27, 4),
+    (2, 3, 48, 31, 17, 5),
+    (1, 16, 384, 19, 23, 2),
+    (1, 7, 130, 15, 47, 1),
+    (2, 12, 17, 26, 12, 0),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "n{}c{}k{}_{}x{}p{}".format(*s))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_matches_conv2d_on_every_instruction_set(isa, shape, dtype):
+    n, c, k, h, w, p = shape
+    _check_all(*make_inputs(n, c, k, h, w, dtype=dtype, seed=hash(shape) % 1000), p, dtype)
+
+
+def _every_other_column(x):
+    wide = x.new_zeros(*x.shape[:3], 2 * x.shape[3])
+    wide[..., ::2] = x
+    return wide[..., ::2]
+
+
+LAYOUTS = {
+    "channels_last": lambda x: x.to(memory_format=torch.channels_last),
+    "every other column": _every_other_column,
+    "column-major planes": lambda x: x.transpose(2, 3).contiguous().transpose(2, 3),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_input_layouts(isa, layout):
+    x, wt, b = make_inputs(2, 3, 40, 37, 45)
+    _check_all(LAYOUTS[layout](x), wt, b, 2, torch.float32)
+
+
+def test_grad_output_layouts(isa):
+    x, wt, b = make_inputs(2, 3, 24, 33, 29)
+    out = alexop.conv11s4(x, wt, b)
+    base = torch.randn(out.shape)
+    for grad in (base.to(memory_format=torch.channels_last), base.transpose(2, 3).contiguous().transpose(2, 3)):
+        for got, want in zip(_grads(x, wt, b, grad, 2), _grads_reference(x, wt, b, base, 2)):
+            assert rel_l2(got, want) <= REL_L2[torch.float32]
+
+
+def test_alexnet_layer(isa):
+    _check_all(*make_inputs(1, 3, 96, 224, 224), 2, torch.float32)
+
+
+def test_empty_batch():
+    x, wt, b = make_inputs(0, 3, 8, 31, 31)
+    out = alexop.conv11s4(x, wt, b)
+    assert out.shape == (0, 8, 7, 7)
+    gx, gw, gb = _grads(x, wt, b, torch.ones(out.shape), 2)
+    assert gx.shape == x.shape and not gw.any() and not gb.any()
+
+
+def _bits(threads, isa_name, monkeypatch):
+    monkeypatch.setenv("ALEXOP_CPU_CAPABILITY", isa_name)
+    x, wt, b = make_inputs(4, 3, 40, 61, 53)
+    grad = torch.randn(4, 40, 14, 12, generator=torch.Generator().manual_seed(2))
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return [alexop.conv11s4(x, wt, b), *_grads(x, wt, b, grad, 2)]
+    finally:
+        torch.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("isa_name", ISAS)
+def test_deterministic_across_runs_and_thread_counts(isa_name, monkeypatch):
+    first = _bits(2, isa_name, monkeypatch)
+    for threads in (2, 1):
+        again = _bits(threads, isa_name, monkeypatch)
+        assert all(torch.equal(a, f) for a, f in zip(again, first)), threads
+
+
+def test_reduced_dtypes_compute_in_float32():
+    x, wt, b = make_inputs(2, 3, 16, 27, 27)
+    want = alexop.conv11s4(x, wt, b)
+    for dtype in (torch.float16, torch.bfloat16):
+        got = alexop.conv11s4(x.to(dtype), wt.to(dtype), b.to(dtype))
+        assert got.dtype == dtype
+        assert_matches(got, reference(x.to(dtype), wt.to(dtype), b.to(dtype)), dtype)
+        assert rel_l2(got, want) <= REL_L2[dtype]
+
+
+def test_unknown_instruction_set_is_an_error(monkeypatch):
+    monkeypatch.setenv("ALEXOP_CPU_CAPABILITY", "sse9")
+    x, wt, b = make_inputs(1, 3, 4, 15, 15)
+    with pytest.raises(RuntimeError, match=r"ALEXOP_CPU_CAPABILITY=sse9 is not an instruction set .* default, avx2 or avx512"):
+        alexop.conv11s4(x, wt, b)
