@@ -116,10 +116,117 @@ void parallel_items(int64_t count, int64_t scratch_size, const Body& body) {
   });
 }
 
+// The bias in a zeroed tensor of `length` elements (length >= K): the
+// micro-kernels' starting values, whole blocks of lanes.
+template <typename T>
+at::Tensor padded_bias(const T* bias, int64_t K, int64_t length,
+                       const at::TensorOptions& options) {
+  auto start = at::zeros({length}, options);
+  if (bias != nullptr) {
+    std::copy(bias, bias + K, start.mutable_data_ptr<T>());
+  }
+  return start;
+}
+
+// Winograd F(2x2, 3x3) on the space-to-depth view: per 2x2 output tile,
+// 16 products of 16C channels instead of 4 x 121C taps. Tiles are grouped
+// by up to kGroup along a tile row; each group's transformed input is
+// multiplied by the row-convolution micro-kernel (S = 4) for each of the 16
+// (xi, nu) and every block of output channels, then transformed back.
+constexpr int64_t kGroup = 8;
+
+template <typename T>
+void forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
+                      const at::Tensor& weight, const T* bias, int64_t pad,
+                      at::Tensor& y) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t K = y.size(1), P = y.size(2), Q = y.size(3);
+  const auto& tiles =
+      blocking(kern.winograd_products, kern.nsets, ceil_div(K, kern.lanes));
+  const int64_t B = tiles.kv * kern.lanes, blocks = ceil_div(K, B);
+  const int64_t lanes = 16 * C;
+  auto packed = at::empty({blocks * 16 * lanes * B}, y.options());
+  cpu::pack_winograd_weights(weight.const_data_ptr<T>(), K, C, B, blocks,
+                             packed.mutable_data_ptr<T>());
+  const T* wp = packed.const_data_ptr<T>();
+  // the products start at zero (the block past the bias's), the outputs at
+  // the bias
+  const at::Tensor start = padded_bias(bias, K, (blocks + 1) * B, y.options());
+  const T* init = start.const_data_ptr<T>();
+  const int64_t I = ceil_div(P, 2), J = ceil_div(Q, 2);  // tiles
+  const auto band = bands(I, N, 4);
+  // a tile row covers 8 input rows and reads 16
+  const int64_t pitch = 8 * J + 8, height = 8 * band.max_rows() + 8;
+  const int64_t band_size = C * height * pitch;
+  // transformed input: [xi][tile][c][a][nu][b]
+  const int64_t v_stride = kGroup * C * 64, v_size = 4 * v_stride;
+  const int64_t m_size = 16 * kGroup * B;
+  const int64_t out_size = 2 * 2 * kGroup * B;
+  T* out = y.mutable_data_ptr<T>();
+  parallel_items<T>(N * band.count, band_size + v_size + m_size + out_size,
+                    [&](T* rows_in, int64_t item) {
+    T* v = rows_in + band_size;
+    T* products = v + v_size;
+    T* rows_out = products + m_size;
+    const int64_t n = item / band.count, b = item % band.count;
+    const int64_t i0 = band.begin(b), rows = band.begin(b + 1) - i0;
+    const int64_t band_height = 8 * rows + 8;
+    cpu::pack_rows(strided<T>(x, n), C, H, W, 8 * i0 - pad, band_height,
+                   -pad, pitch, rows_in);
+    int64_t offsets[kGroup];
+    for (const auto g : c10::irange(kGroup)) {
+      offsets[g] = g * C * 64;
+    }
+    for (const auto i : c10::irange(rows)) {
+      for (int64_t j0 = 0; j0 < J;) {
+        int t = 0;
+        while (tiles.m[t] > std::min(kGroup, J - j0)) {
+          ++t;
+        }
+        const int64_t group = tiles.m[t];
+        for (const auto g : c10::irange(group)) {
+          kern.winograd_input(rows_in + 8 * i * pitch + 8 * (j0 + g), pitch,
+                              band_height * pitch, C, v + g * C * 64,
+                              v_stride);
+        }
+        const int64_t p = 2 * (i0 + i), q = 2 * j0;
+        const int64_t width = std::min(2 * group, Q - q);
+        for (const auto kb : c10::irange(blocks)) {
+          const int64_t k0 = kb * B, kn = std::min(B, K - k0);
+          T* y_tile = out + ((n * K + k0) * P + p) * Q + q;
+          for (const auto j : c10::irange(kn)) {
+            __builtin_prefetch(y_tile + j * P * Q, 1);
+            __builtin_prefetch(y_tile + j * P * Q + Q, 1);
+          }
+          for (const auto xi : c10::irange(4)) {
+            for (const auto nu : c10::irange(4)) {
+              tiles.fn[t](v + xi * v_stride + nu * 4, offsets, 64, 16,
+                          C, 4, wp + (kb * 16 + 4 * xi + nu) * lanes * B,
+                          init + blocks * B,
+                          products + (4 * xi + nu) * kGroup * B);
+            }
+          }
+          kern.winograd_output(products, kGroup * B, group, B, init + k0,
+                               rows_out, 2 * kGroup * B);
+          for (const auto dp : c10::irange(std::min<int64_t>(2, P - p))) {
+            kern.transpose(rows_out + dp * 2 * kGroup * B, B, width, kn,
+                           y_tile + dp * Q, P * Q);
+          }
+        }
+        j0 += group;
+      }
+    }
+  });
+}
+
 template <typename T>
 void forward(const at::Tensor& x, const at::Tensor& weight, const T* bias,
              int64_t pad, at::Tensor& y) {
   const auto& kern = cpu::kernels<T>(cpu::cpu_isa());
+  if (kern.winograd_input != nullptr) {
+    forward_winograd(kern, x, weight, bias, pad, y);
+    return;
+  }
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t K = y.size(1), P = y.size(2), Q = y.size(3);
   const auto& tiles =
@@ -129,11 +236,7 @@ void forward(const at::Tensor& x, const at::Tensor& weight, const T* bias,
   cpu::pack_forward_weights(weight.const_data_ptr<T>(), K, C, B, blocks,
                             packed.mutable_data_ptr<T>());
   const T* wp = packed.const_data_ptr<T>();
-  // the accumulators start at the bias, padded to whole blocks
-  auto start = at::zeros({blocks * B}, y.options());
-  if (bias != nullptr) {
-    std::copy(bias, bias + K, start.mutable_data_ptr<T>());
-  }
+  const at::Tensor start = padded_bias(bias, K, blocks * B, y.options());
   const T* init = start.const_data_ptr<T>();
   const auto band = bands(P, N, 8);
   const int64_t pitch = 4 * Q + 7;
@@ -288,26 +391,24 @@ void weight_grad(const at::Tensor& dy, const at::Tensor& x, int64_t pad,
       }
     }
   });
-  const T* parts = partial.const_data_ptr<T>();
-  at::parallel_for(0, K, 1, [&](int64_t begin, int64_t end) {
-    for (const auto k : c10::irange(begin, end)) {
-      const int64_t kb = k / B, j = k % B;
-      for (const auto t : c10::irange(C * kTaps)) {
-        T sum = 0;
-        for (const auto slice : c10::irange(slices)) {
-          sum += parts[slice * part_size + (kb * C * kTaps + t) * B + j];
-        }
-        grad_weight[k * C * kTaps + t] = sum;
-      }
-      if (grad_bias != nullptr) {
-        T sum = 0;
-        for (const auto slice : c10::irange(slices)) {
-          sum += parts[slice * part_size + blocks * C * kTaps * B + k];
-        }
-        grad_bias[k] = sum;
-      }
+  // slices summed in order into the first, serially: a second parallel
+  // region would wait at its barrier for a thread another process holds
+  T* sum = partial.mutable_data_ptr<T>();
+  for (const auto slice : c10::irange(1, slices)) {
+    const T* part = sum + slice * part_size;
+    for (const auto i : c10::irange(part_size)) {
+      sum[i] += part[i];
     }
-  });
+  }
+  for (const auto k : c10::irange(K)) {
+    for (const auto t : c10::irange(C * kTaps)) {
+      grad_weight[k * C * kTaps + t] = sum[(k / B * C * kTaps + t) * B + k % B];
+    }
+  }
+  if (grad_bias != nullptr) {
+    std::copy(sum + blocks * C * kTaps * B, sum + blocks * C * kTaps * B + K,
+              grad_bias);
+  }
 }
 
 bool is_reduced(const at::Tensor& t) {

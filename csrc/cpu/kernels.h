@@ -55,6 +55,23 @@ template <typename T>
 using TransposeFn = void (*)(const T* src, int64_t lds, int64_t rows,
                              int64_t cols, T* dst, int64_t ldd);
 
+// Winograd F(2x2, 3x3) on the forward's space-to-depth view (input channel
+// c at row phase a and column phase b is channel 16c + 4a + b of a stride-1
+// convolution with 3x3 taps), for the 16x16 input block of one 2x2 output
+// tile: v[xi * xi_stride + c * 64 + a * 16 + nu * 4 + b] = (B^T d B)[xi][nu]
+// of channel 16c + 4a + b, d read from in[c * cstride + row * pitch + col].
+template <typename T>
+using WinogradInputFn = void (*)(const T* in, int64_t pitch, int64_t cstride,
+                                 int64_t C, T* v, int64_t xi_stride);
+
+// And back: for tiles t < n and lanes j < B, with m[(4 xi + nu) * plane +
+// t * B + j] the transformed products, out[dp * row_stride + (2t + dq) * B +
+// j] = bias[j] + (A^T m A)[dp][dq].
+template <typename T>
+using WinogradOutputFn = void (*)(const T* m, int64_t plane, int64_t n,
+                                  int64_t B, const T* bias, T* out,
+                                  int64_t row_stride);
+
 template <typename T>
 struct Kernels {
   int lanes;
@@ -64,6 +81,10 @@ struct Kernels {
   int wgrad_kv;
   WgradRowFn<T> wgrad;
   TransposeFn<T> transpose;
+  // null where the forward runs direct
+  WinogradInputFn<T> winograd_input;
+  WinogradOutputFn<T> winograd_output;
+  RowConvTiles<T> winograd_products[4];  // S = 4, the forward's blockings
 };
 
 template <typename T>

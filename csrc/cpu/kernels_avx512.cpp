@@ -57,6 +57,8 @@ struct F32 {
   ALEXOP_VEC static Reg fma(Reg a, Reg b, Reg c) {
     return _mm512_fmadd_ps(a, b, c);
   }
+  ALEXOP_VEC static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  ALEXOP_VEC static Reg sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
   ALEXOP_VEC static void store(T* p, Reg v) { _mm512_storeu_ps(p, v); }
   template <int Imm>
   ALEXOP_VEC static Reg shuffle_lanes(Reg a, Reg b) {
@@ -136,6 +138,34 @@ struct F64 {
   }
 };
 
+// A row of the 16x16 block is 16 floats: column phase b of column tap s'
+// in lane 4s' + b, so B^T's column pass combines 128-bit lanes: lanes
+// (z0, z1, z2, z1) + sign * (z2, z2, z1, z3).
+ALEXOP_TARGET void winograd_input(const float* in, int64_t pitch,
+                                  int64_t cstride, int64_t C, float* v,
+                                  int64_t xi_stride) {
+  const __m512 sign = _mm512_setr_ps(-1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1,
+                                     -1, -1, -1, -1, -1);
+  for (int64_t c = 0; c < C; ++c) {
+    for (int a = 0; a < 4; ++a) {
+      const float* p = in + c * cstride + a * pitch;
+      const __m512 d0 = _mm512_loadu_ps(p), d1 = _mm512_loadu_ps(p + 4 * pitch);
+      const __m512 d2 = _mm512_loadu_ps(p + 8 * pitch);
+      const __m512 d3 = _mm512_loadu_ps(p + 12 * pitch);
+      // B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1] over the row taps r'
+      const __m512 rows[4] = {_mm512_sub_ps(d0, d2), _mm512_add_ps(d1, d2),
+                              _mm512_sub_ps(d2, d1), _mm512_sub_ps(d1, d3)};
+      for (int xi = 0; xi < 4; ++xi) {
+        const __m512 z = rows[xi];
+        const __m512 keep = _mm512_shuffle_f32x4(z, z, _MM_SHUFFLE(1, 2, 1, 0));
+        const __m512 with = _mm512_shuffle_f32x4(z, z, _MM_SHUFFLE(3, 1, 2, 2));
+        _mm512_storeu_ps(v + xi * xi_stride + c * 64 + a * 16,
+                         _mm512_fmadd_ps(sign, with, keep));
+      }
+    }
+  }
+}
+
 template <class V>
 Kernels<typename V::T> make() {
   return make_kernels<V, 2>(&transpose_blocks<V>, Blocking<3, 8>{}, Blocking<4, 6>{},
@@ -146,7 +176,14 @@ Kernels<typename V::T> make() {
 
 template <>
 const Kernels<float>& kernels_avx512<float>() {
-  static const auto k = avx512::make<avx512::F32>();
+  static const auto k = [] {
+    auto k = avx512::make<avx512::F32>();
+    avx512::add_winograd<avx512::F32>(
+        k, &avx512::winograd_input, avx512::Blocking<3, 8>{},
+        avx512::Blocking<4, 6>{}, avx512::Blocking<2, 12>{},
+        avx512::Blocking<1, 24>{});
+    return k;
+  }();
   return k;
 }
 

@@ -150,6 +150,36 @@ ALEXOP_TARGET void transpose_blocks(const typename V::T* src, int64_t lds,
   }
 }
 
+template <class V>
+ALEXOP_TARGET void winograd_output(const typename V::T* m, int64_t plane,
+                                   int64_t n, int64_t B,
+                                   const typename V::T* bias,
+                                   typename V::T* out, int64_t row_stride) {
+  using Reg = typename V::Reg;
+  constexpr int L = V::kLanes;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < B; j += L) {
+      // A^T = [1 1 1 0; 0 1 -1 -1], rows first
+      Reg r0[4], r1[4];
+      ALEXOP_UNROLL
+      for (int nu = 0; nu < 4; ++nu) {
+        const auto* p = m + nu * plane + t * B + j;
+        const Reg m0 = V::load(p), m1 = V::load(p + 4 * plane);
+        const Reg m2 = V::load(p + 8 * plane), m3 = V::load(p + 12 * plane);
+        r0[nu] = V::add(V::add(m0, m1), m2);
+        r1[nu] = V::sub(V::sub(m1, m2), m3);
+      }
+      const Reg b = V::load(bias + j);
+      auto* o = out + 2 * t * B + j;
+      V::store(o, V::add(V::add(V::add(r0[0], r0[1]), r0[2]), b));
+      V::store(o + B, V::add(V::sub(V::sub(r0[1], r0[2]), r0[3]), b));
+      V::store(o + row_stride, V::add(V::add(V::add(r1[0], r1[1]), r1[2]), b));
+      V::store(o + row_stride + B,
+               V::add(V::sub(V::sub(r1[1], r1[2]), r1[3]), b));
+    }
+  }
+}
+
 template <int KV, int M>
 struct Blocking {};
 
@@ -178,6 +208,17 @@ Kernels<typename V::T> make_kernels(TransposeFn<typename V::T> transpose,
   k.wgrad = &wgrad_row<V, WgradKV>;
   k.transpose = transpose;
   return k;
+}
+
+// The Winograd forward's functions, for an instruction set that has them.
+template <class V, class... Blockings>
+void add_winograd(Kernels<typename V::T>& k,
+                  WinogradInputFn<typename V::T> input,
+                  Blockings... blockings) {
+  k.winograd_input = input;
+  k.winograd_output = &winograd_output<V>;
+  int i = 0;
+  ((k.winograd_products[i++] = tiles<V, 4>(blockings)), ...);
 }
 
 }  // namespace alexop::cpu::ALEXOP_CPU_ISA

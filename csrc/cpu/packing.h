@@ -96,6 +96,48 @@ void pack_input_grad_weights(const T* w, int64_t K, int64_t C, int64_t B,
   }
 }
 
+// The Winograd forward's weights: the 3x3 kernel g of output channel k and
+// space-to-depth channel 16c + 4a + b (g[t][u] = w[k][c][4t + a][4u + b],
+// zero past the 11x11 kernel) as G g G^T, G = [1 0 0; .5 .5 .5; .5 -.5 .5;
+// 0 0 1], computed in double:
+//   dst[((kb * 16 + 4 xi + nu) * 16 C + 16c + 4a + b) * B + j], k = kb B + j.
+template <typename T>
+void pack_winograd_weights(const T* w, int64_t K, int64_t C, int64_t B,
+                           int64_t blocks, T* dst) {
+  const int64_t lanes = 16 * C;
+  std::fill(dst, dst + blocks * 16 * lanes * B, T(0));
+  for (const auto k : c10::irange(K)) {
+    for (const auto l : c10::irange(lanes)) {
+      const int64_t c = l / 16, a = l / 4 % 4, b = l % 4;
+      double g[3][3];
+      for (const auto t : c10::irange(3)) {
+        for (const auto u : c10::irange(3)) {
+          const int64_t r = 4 * t + a, s = 4 * u + b;
+          g[t][u] = r < kKernelSize && s < kKernelSize
+              ? double(w[((k * C + c) * kKernelSize + r) * kKernelSize + s])
+              : 0.0;
+        }
+      }
+      double gg[4][3];  // G g
+      for (const auto u : c10::irange(3)) {
+        gg[0][u] = g[0][u];
+        gg[1][u] = (g[0][u] + g[1][u] + g[2][u]) / 2;
+        gg[2][u] = (g[0][u] - g[1][u] + g[2][u]) / 2;
+        gg[3][u] = g[2][u];
+      }
+      for (const auto xi : c10::irange(4)) {
+        const double* h = gg[xi];
+        const double row[4] = {h[0], (h[0] + h[1] + h[2]) / 2,
+                               (h[0] - h[1] + h[2]) / 2, h[2]};
+        for (const auto nu : c10::irange(4)) {
+          dst[((k / B * 16 + 4 * xi + nu) * lanes + l) * B + k % B] =
+              T(row[nu]);
+        }
+      }
+    }
+  }
+}
+
 // grad_output rows [p0, p0 + rows) of one image, pixel-major in blocks of B
 // channels: dst[kb][i * Q + q][j] = dy[kb * B + j][p0 + i][q], zero past K.
 template <typename T>
