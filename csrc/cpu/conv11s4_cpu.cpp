@@ -194,9 +194,12 @@ void forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
         for (const auto kb : c10::irange(blocks)) {
           const int64_t k0 = kb * B, kn = std::min(B, K - k0);
           T* y_tile = out + ((n * K + k0) * P + p) * Q + q;
+          // the output lines are fetched while the products compute
           for (const auto j : c10::irange(kn)) {
-            __builtin_prefetch(y_tile + j * P * Q, 1);
-            __builtin_prefetch(y_tile + j * P * Q + Q, 1);
+            for (const T* row = y_tile + j * P * Q; row < y_tile + j * P * Q + 2 * Q; row += Q) {
+              __builtin_prefetch(row, 1);
+              __builtin_prefetch(row + width - 1, 1);
+            }
           }
           for (const auto xi : c10::irange(4)) {
             for (const auto nu : c10::irange(4)) {
@@ -347,67 +350,190 @@ void input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t pad,
   });
 }
 
-template <typename T>
-void weight_grad(const at::Tensor& dy, const at::Tensor& x, int64_t pad,
-                 T* grad_weight, T* grad_bias) {
-  const auto& kern = cpu::kernels<T>(cpu::cpu_isa());
-  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  const int64_t K = dy.size(1), P = dy.size(2), Q = dy.size(3);
-  const int64_t B = kern.wgrad_kv * kern.lanes, blocks = ceil_div(K, B);
-  const auto band = bands(P, N, 8);
-  const int64_t items = N * band.count;
-  const int64_t slices = std::min(
-      items, std::max<int64_t>(8, at::get_num_threads()));
-  const int64_t part_size = blocks * C * kTaps * B + blocks * B;
-  auto partial = at::zeros({slices, part_size}, x.options());
-  const int64_t pitch = 4 * Q + 7;
-  const int64_t band_size = C * (4 * band.max_rows() + 7) * pitch;
-  const int64_t dyt_size = blocks * band.max_rows() * Q * B;
-  parallel_items<T>(slices, band_size + dyt_size, [&](T* rows_in,
-                                                      int64_t slice) {
-    T* dyt = rows_in + band_size;
-    T* part = partial.mutable_data_ptr<T>() + slice * part_size;
-    for (const auto item : c10::irange(
-             slice * items / slices, (slice + 1) * items / slices)) {
-      const int64_t n = item / band.count, b = item % band.count;
-      const int64_t p0 = band.begin(b), rows = band.begin(b + 1) - p0;
-      const int64_t height = 4 * rows + 7;
-      cpu::pack_rows(strided<T>(x, n), C, H, W, 4 * p0 - pad, height, -pad,
-                     pitch, rows_in);
-      cpu::pack_grad_transposed(strided<T>(dy, n), K, p0, rows, Q, B, blocks,
-                                kern.transpose, dyt);
-      if (grad_bias != nullptr) {
-        cpu::add_pixel_sums(dyt, blocks, rows * Q, B,
-                            part + blocks * C * kTaps * B);
-      }
-      for (const auto kb : c10::irange(blocks)) {
-        for (const auto c : c10::irange(C)) {
-          for (const auto r : c10::irange(kKernelSize)) {
-            kern.wgrad(rows_in + (c * height + r) * pitch, 4 * pitch,
-                       dyt + kb * rows * Q * B, rows, Q,
-                       part + ((kb * C + c) * kTaps + r * kKernelSize) * B);
-          }
-        }
-      }
+// The weight gradient's reduction over pixels: items (bands of images) are
+// split into `slices` runs, each summed by one thread into a partial of its
+// own (body(scratch, partial, item)), and the partials are added in order:
+// deterministic, and the same for any thread count up to 8. Returns the
+// partials, the first holding the sum.
+template <typename T, typename Body>
+at::Tensor sum_over_slices(int64_t items, int64_t part_size,
+                           int64_t scratch_size,
+                           const at::TensorOptions& options,
+                           const Body& body) {
+  const int64_t slices =
+      std::min(items, std::max<int64_t>(8, at::get_num_threads()));
+  auto partial = at::zeros({slices, part_size}, options);
+  T* sum = partial.mutable_data_ptr<T>();
+  parallel_items<T>(slices, scratch_size, [&](T* scratch, int64_t slice) {
+    for (const auto item : c10::irange(slice * items / slices,
+                                       (slice + 1) * items / slices)) {
+      body(scratch, sum + slice * part_size, item);
     }
   });
-  // slices summed in order into the first, serially: a second parallel
-  // region would wait at its barrier for a thread another process holds
-  T* sum = partial.mutable_data_ptr<T>();
+  // serially: a second parallel region would wait at its barrier for a
+  // thread another process holds
   for (const auto slice : c10::irange(1, slices)) {
     const T* part = sum + slice * part_size;
     for (const auto i : c10::irange(part_size)) {
       sum[i] += part[i];
     }
   }
+  return partial;
+}
+
+// Winograd F(3x3, 2x2), the forward's transposed: per 2x2 tile of
+// grad_output, the 3x3 taps of each space-to-depth channel gain
+// G^T [(A dy A^T) . (B^T d B)] G, with d the forward's 4x4 input block. The
+// 16 products are summed over tiles first (the micro-kernel, R = 2 row
+// phases x S = 4 column phases x blocks of output channels), G^T . G once
+// at the end.
+template <typename T>
+void weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
+                          const at::Tensor& x, int64_t pad, T* grad_weight,
+                          T* grad_bias) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t K = dy.size(1), P = dy.size(2), Q = dy.size(3);
+  const int64_t B = kern.winograd_grad_kv * kern.lanes, blocks = ceil_div(K, B);
+  const int64_t lanes = 16 * C;
+  const int64_t I = ceil_div(P, 2), J = ceil_div(Q, 2);  // tiles
+  const auto band = bands(I, N, 2);
+  // sums[4 xi + nu][kb][16c + 4a + b][j], then the bias's
+  const int64_t s_size = 16 * blocks * lanes * B;
+  const int64_t pitch = 8 * J + 8;
+  const int64_t band_size = C * (8 * band.max_rows() + 8) * pitch;
+  const int64_t dyt_size = blocks * 2 * band.max_rows() * Q * B;
+  // transformed input [xi][tile][c][a][nu][b], grad_output [kb][xi nu][tile]
+  const int64_t v_stride = band.max_rows() * J * C * 64;
+  const int64_t d_plane = band.max_rows() * J * B;
+  const at::Tensor partial = sum_over_slices<T>(
+      N * band.count, s_size + blocks * B,
+      band_size + dyt_size + 4 * v_stride + 16 * blocks * d_plane,
+      x.options(), [&](T* rows_in, T* part, int64_t item) {
+        T* dyt = rows_in + band_size;
+        T* v = dyt + dyt_size;
+        T* d = v + 4 * v_stride;
+        const int64_t n = item / band.count, b = item % band.count;
+        const int64_t i0 = band.begin(b), rows = band.begin(b + 1) - i0;
+        const int64_t height = 8 * rows + 8;
+        cpu::pack_rows(strided<T>(x, n), C, H, W, 8 * i0 - pad, height, -pad,
+                       pitch, rows_in);
+        const int64_t p0 = 2 * i0, prows = std::min(2 * rows, P - p0);
+        cpu::pack_grad_transposed(strided<T>(dy, n), K, p0, prows, Q, B,
+                                  blocks, kern.transpose, dyt);
+        if (grad_bias != nullptr) {
+          cpu::add_pixel_sums(dyt, blocks, prows * Q, B, part + s_size);
+        }
+        for (const auto i : c10::irange(rows)) {
+          for (const auto j : c10::irange(J)) {
+            kern.winograd_input(rows_in + 8 * (i * pitch + j), pitch,
+                                height * pitch, C, v + (i * J + j) * C * 64,
+                                v_stride);
+          }
+        }
+        for (const auto kb : c10::irange(blocks)) {
+          const T* g = dyt + kb * prows * Q * B;
+          for (const auto i : c10::irange(rows)) {
+            kern.winograd_grad_input(
+                g + 2 * i * Q * B,
+                2 * i + 1 < prows ? g + (2 * i + 1) * Q * B : nullptr, Q, J,
+                B, d + kb * 16 * d_plane + i * J * B, d_plane);
+          }
+        }
+        for (const auto e : c10::irange(16)) {  // 4 xi + nu
+          for (const auto kb : c10::irange(blocks)) {
+            for (const auto c : c10::irange(C)) {
+              for (const auto half : c10::irange(2)) {  // row phases 2h, 2h+1
+                kern.winograd_grad(
+                    v + e / 4 * v_stride + c * 64 + half * 32 + e % 4 * 4, 0,
+                    C * 64, 16, d + (kb * 16 + e) * d_plane, 1, rows * J,
+                    part + ((e * blocks + kb) * lanes + c * 16 + half * 8) * B);
+              }
+            }
+          }
+        }
+      });
+  const T* sum = partial.const_data_ptr<T>();
+  for (const auto k : c10::irange(K)) {
+    for (const auto l : c10::irange(lanes)) {
+      const int64_t c = l / 16, a = l / 4 % 4, b = l % 4;
+      // G^T = [1 .5 .5 0; 0 .5 -.5 0; 0 .5 .5 1] on both sides
+      double s[4][4], t[3][4];
+      for (const auto e : c10::irange(16)) {
+        s[e / 4][e % 4] =
+            sum[((e * blocks + k / B) * lanes + l) * B + k % B];
+      }
+      for (const auto nu : c10::irange(4)) {
+        t[0][nu] = s[0][nu] + (s[1][nu] + s[2][nu]) / 2;
+        t[1][nu] = (s[1][nu] - s[2][nu]) / 2;
+        t[2][nu] = (s[1][nu] + s[2][nu]) / 2 + s[3][nu];
+      }
+      for (const auto tr : c10::irange(3)) {
+        const double* h = t[tr];
+        const double taps[3] = {h[0] + (h[1] + h[2]) / 2, (h[1] - h[2]) / 2,
+                                (h[1] + h[2]) / 2 + h[3]};
+        for (const auto u : c10::irange(3)) {
+          const int64_t r = 4 * tr + a, s_ = 4 * u + b;
+          if (r < kKernelSize && s_ < kKernelSize) {
+            grad_weight[((k * C + c) * kKernelSize + r) * kKernelSize + s_] =
+                T(taps[u]);
+          }
+        }
+      }
+    }
+  }
+  if (grad_bias != nullptr) {
+    std::copy(sum + s_size, sum + s_size + K, grad_bias);
+  }
+}
+
+template <typename T>
+void weight_grad(const at::Tensor& dy, const at::Tensor& x, int64_t pad,
+                 T* grad_weight, T* grad_bias) {
+  const auto& kern = cpu::kernels<T>(cpu::cpu_isa());
+  if (kern.winograd_grad != nullptr) {
+    weight_grad_winograd(kern, dy, x, pad, grad_weight, grad_bias);
+    return;
+  }
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t K = dy.size(1), P = dy.size(2), Q = dy.size(3);
+  const int64_t B = kern.wgrad_kv * kern.lanes, blocks = ceil_div(K, B);
+  const auto band = bands(P, N, 8);
+  const int64_t taps_size = blocks * C * kTaps * B;
+  const int64_t pitch = 4 * Q + 7;
+  const int64_t band_size = C * (4 * band.max_rows() + 7) * pitch;
+  const int64_t dyt_size = blocks * band.max_rows() * Q * B;
+  const at::Tensor partial = sum_over_slices<T>(
+      N * band.count, taps_size + blocks * B, band_size + dyt_size,
+      x.options(), [&](T* rows_in, T* part, int64_t item) {
+        T* dyt = rows_in + band_size;
+        const int64_t n = item / band.count, b = item % band.count;
+        const int64_t p0 = band.begin(b), rows = band.begin(b + 1) - p0;
+        const int64_t height = 4 * rows + 7;
+        cpu::pack_rows(strided<T>(x, n), C, H, W, 4 * p0 - pad, height, -pad,
+                       pitch, rows_in);
+        cpu::pack_grad_transposed(strided<T>(dy, n), K, p0, rows, Q, B,
+                                  blocks, kern.transpose, dyt);
+        if (grad_bias != nullptr) {
+          cpu::add_pixel_sums(dyt, blocks, rows * Q, B, part + taps_size);
+        }
+        for (const auto kb : c10::irange(blocks)) {
+          for (const auto c : c10::irange(C)) {
+            for (const auto r : c10::irange(kKernelSize)) {
+              kern.wgrad(rows_in + (c * height + r) * pitch, 4 * pitch, 4, 0,
+                         dyt + kb * rows * Q * B, rows, Q,
+                         part + ((kb * C + c) * kTaps + r * kKernelSize) * B);
+            }
+          }
+        }
+      });
+  const T* sum = partial.const_data_ptr<T>();
   for (const auto k : c10::irange(K)) {
     for (const auto t : c10::irange(C * kTaps)) {
       grad_weight[k * C * kTaps + t] = sum[(k / B * C * kTaps + t) * B + k % B];
     }
   }
   if (grad_bias != nullptr) {
-    std::copy(sum + blocks * C * kTaps * B, sum + blocks * C * kTaps * B + K,
-              grad_bias);
+    std::copy(sum + taps_size, sum + taps_size + K, grad_bias);
   }
 }
 

@@ -41,13 +41,16 @@ struct RowConvTiles {
   RowConvFn<T> fn[4];
 };
 
-// Weight gradient over one 11-tap row:
-//   acc[s * B + j] += sum over p < rows, q < Q of
-//                     dyt[(p * Q + q) * B + j] * x[p * xstep + 4 * q + s]
-// for s < 11 and j < B = wgrad_kv * lanes output channels.
+// Weight gradient over R rows of S taps:
+//   acc[(r * S + s) * B + j] += sum over p < rows, q < Q of
+//       dyt[(p * Q + q) * B + j] * x[p * xstep + q * xstride + r * rstride + s]
+// for j < B = kv * lanes output channels. The direct weight gradient runs
+// it with R = 1, S = 11 over pixels 4 input columns apart; the Winograd one
+// with R = 2, S = 4 over transformed tiles.
 template <typename T>
-using WgradRowFn = void (*)(const T* x, int64_t xstep, const T* dyt,
-                            int64_t rows, int64_t Q, T* acc);
+using WgradFn = void (*)(const T* x, int64_t xstep, int64_t xstride,
+                         int64_t rstride, const T* dyt, int64_t rows,
+                         int64_t Q, T* acc);
 
 // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: between the
 // tiles' pixel-major and the tensors' channel-major layouts.
@@ -64,6 +67,15 @@ template <typename T>
 using WinogradInputFn = void (*)(const T* in, int64_t pitch, int64_t cstride,
                                  int64_t C, T* v, int64_t xi_stride);
 
+// The weight gradient's counterpart for grad_output: for the 2x2 pixels
+// (2t, 2t + 1) of rows g0 and g1 (pixel-major, B lanes a pixel; g1 null or
+// a pixel past Q reads as zero), d[(4 xi + nu) * plane + t * B + j] =
+// (A g A^T)[xi][nu], t < n.
+template <typename T>
+using WinogradGradInputFn = void (*)(const T* g0, const T* g1, int64_t Q,
+                                     int64_t n, int64_t B, T* d,
+                                     int64_t plane);
+
 // And back: for tiles t < n and lanes j < B, with m[(4 xi + nu) * plane +
 // t * B + j] the transformed products, out[dp * row_stride + (2t + dq) * B +
 // j] = bias[j] + (A^T m A)[dp][dq].
@@ -79,12 +91,15 @@ struct Kernels {
   RowConvTiles<T> forward[4];  // S = 11
   RowConvTiles<T> input_grad[4];  // S = 3, same blockings
   int wgrad_kv;
-  WgradRowFn<T> wgrad;
+  WgradFn<T> wgrad;  // R = 1, S = 11
   TransposeFn<T> transpose;
   // null where the forward runs direct
   WinogradInputFn<T> winograd_input;
   WinogradOutputFn<T> winograd_output;
   RowConvTiles<T> winograd_products[4];  // S = 4, the forward's blockings
+  WinogradGradInputFn<T> winograd_grad_input;
+  int winograd_grad_kv;
+  WgradFn<T> winograd_grad;  // R = 2, S = 4
 };
 
 template <typename T>

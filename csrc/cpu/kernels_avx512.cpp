@@ -178,7 +178,7 @@ template <>
 const Kernels<float>& kernels_avx512<float>() {
   static const auto k = [] {
     auto k = avx512::make<avx512::F32>();
-    avx512::add_winograd<avx512::F32>(
+    avx512::add_winograd<avx512::F32, 3>(
         k, &avx512::winograd_input, avx512::Blocking<3, 8>{},
         avx512::Blocking<4, 6>{}, avx512::Blocking<2, 12>{},
         avx512::Blocking<1, 24>{});

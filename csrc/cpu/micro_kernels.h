@@ -69,43 +69,53 @@ ALEXOP_TARGET void row_conv(const typename V::T* in, const int64_t* offsets,
   }
 }
 
-template <class V, int KV>
-ALEXOP_TARGET void wgrad_row(const typename V::T* x, int64_t xstep,
-                             const typename V::T* dyt, int64_t rows,
-                             int64_t Q, typename V::T* acc) {
+template <class V, int KV, int R, int S>
+ALEXOP_TARGET void wgrad_taps(const typename V::T* x, int64_t xstep,
+                              int64_t xstride, int64_t rstride,
+                              const typename V::T* dyt, int64_t rows,
+                              int64_t Q, typename V::T* acc) {
   using Reg = typename V::Reg;
-  constexpr int L = V::kLanes, B = KV * L, S = 11;
-  Reg a[S][KV];
+  constexpr int L = V::kLanes, B = KV * L;
+  Reg a[R][S][KV];
   ALEXOP_UNROLL
-  for (int s = 0; s < S; ++s) {
+  for (int r = 0; r < R; ++r) {
     ALEXOP_UNROLL
-    for (int v = 0; v < KV; ++v) {
-      a[s][v] = V::load(acc + s * B + v * L);
+    for (int s = 0; s < S; ++s) {
+      ALEXOP_UNROLL
+      for (int v = 0; v < KV; ++v) {
+        a[r][s][v] = V::load(acc + (r * S + s) * B + v * L);
+      }
     }
   }
   for (int64_t p = 0; p < rows; ++p, x += xstep) {
     const auto* xq = x;
-    for (int64_t q = 0; q < Q; ++q, xq += 4, dyt += B) {
+    for (int64_t q = 0; q < Q; ++q, xq += xstride, dyt += B) {
       Reg d[KV];
       ALEXOP_UNROLL
       for (int v = 0; v < KV; ++v) {
         d[v] = V::load(dyt + v * L);
       }
       ALEXOP_UNROLL
-      for (int s = 0; s < S; ++s) {
-        const Reg xs = V::bcast(xq + s);
+      for (int r = 0; r < R; ++r) {
         ALEXOP_UNROLL
-        for (int v = 0; v < KV; ++v) {
-          a[s][v] = V::fma(d[v], xs, a[s][v]);
+        for (int s = 0; s < S; ++s) {
+          const Reg xs = V::bcast(xq + r * rstride + s);
+          ALEXOP_UNROLL
+          for (int v = 0; v < KV; ++v) {
+            a[r][s][v] = V::fma(d[v], xs, a[r][s][v]);
+          }
         }
       }
     }
   }
   ALEXOP_UNROLL
-  for (int s = 0; s < S; ++s) {
+  for (int r = 0; r < R; ++r) {
     ALEXOP_UNROLL
-    for (int v = 0; v < KV; ++v) {
-      V::store(acc + s * B + v * L, a[s][v]);
+    for (int s = 0; s < S; ++s) {
+      ALEXOP_UNROLL
+      for (int v = 0; v < KV; ++v) {
+        V::store(acc + (r * S + s) * B + v * L, a[r][s][v]);
+      }
     }
   }
 }
@@ -180,6 +190,45 @@ ALEXOP_TARGET void winograd_output(const typename V::T* m, int64_t plane,
   }
 }
 
+template <class V>
+ALEXOP_TARGET typename V::Reg pixel_or_zero(const typename V::T* row,
+                                            int64_t q, int64_t Q, int64_t B) {
+  return row != nullptr && q < Q ? V::load(row + q * B) : V::zero();
+}
+
+template <class V>
+ALEXOP_TARGET void winograd_grad_input(const typename V::T* g0,
+                                       const typename V::T* g1, int64_t Q,
+                                       int64_t n, int64_t B,
+                                       typename V::T* d, int64_t plane) {
+  using Reg = typename V::Reg;
+  constexpr int L = V::kLanes;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < B; j += L) {
+      // A = [1 0; 1 1; 1 -1; 0 -1], rows first
+      Reg h[4][2];
+      ALEXOP_UNROLL
+      for (int dq = 0; dq < 2; ++dq) {
+        const Reg top = pixel_or_zero<V>(g0 + j, 2 * t + dq, Q, B);
+        const Reg bottom = pixel_or_zero<V>(g1 == nullptr ? g1 : g1 + j,
+                                            2 * t + dq, Q, B);
+        h[0][dq] = top;
+        h[1][dq] = V::add(top, bottom);
+        h[2][dq] = V::sub(top, bottom);
+        h[3][dq] = V::sub(V::zero(), bottom);
+      }
+      ALEXOP_UNROLL
+      for (int xi = 0; xi < 4; ++xi) {
+        auto* o = d + 4 * xi * plane + t * B + j;
+        V::store(o, h[xi][0]);
+        V::store(o + plane, V::add(h[xi][0], h[xi][1]));
+        V::store(o + 2 * plane, V::sub(h[xi][0], h[xi][1]));
+        V::store(o + 3 * plane, V::sub(V::zero(), h[xi][1]));
+      }
+    }
+  }
+}
+
 template <int KV, int M>
 struct Blocking {};
 
@@ -205,13 +254,14 @@ Kernels<typename V::T> make_kernels(TransposeFn<typename V::T> transpose,
     k.input_grad[k.nsets] = tiles<V, 3>(blockings), ++k.nsets),
    ...);
   k.wgrad_kv = WgradKV;
-  k.wgrad = &wgrad_row<V, WgradKV>;
+  k.wgrad = &wgrad_taps<V, WgradKV, 1, 11>;
   k.transpose = transpose;
   return k;
 }
 
-// The Winograd forward's functions, for an instruction set that has them.
-template <class V, class... Blockings>
+// The Winograd forward's and weight gradient's functions, for an
+// instruction set that has them.
+template <class V, int GradKV, class... Blockings>
 void add_winograd(Kernels<typename V::T>& k,
                   WinogradInputFn<typename V::T> input,
                   Blockings... blockings) {
@@ -219,6 +269,9 @@ void add_winograd(Kernels<typename V::T>& k,
   k.winograd_output = &winograd_output<V>;
   int i = 0;
   ((k.winograd_products[i++] = tiles<V, 4>(blockings)), ...);
+  k.winograd_grad_input = &winograd_grad_input<V>;
+  k.winograd_grad_kv = GradKV;
+  k.winograd_grad = &wgrad_taps<V, GradKV, 2, 4>;
 }
 
 }  // namespace alexop::cpu::ALEXOP_CPU_ISA
