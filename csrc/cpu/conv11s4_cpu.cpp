@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <memory>
 
 namespace alexop {
@@ -99,33 +100,67 @@ void for_each_tile(const cpu::RowConvTiles<T>& tiles, int64_t count,
   }
 }
 
+// Scratch memory kept by each thread from call to call: allocating it per
+// call made the allocator grow and trim its heap each time, and every page
+// fault again. A call's own buffers (kCall: packed weights, partial sums,
+// shared by the tasks) and a task's (kTask) are kept apart, since the
+// calling thread runs tasks too. Sizes past kKeptScratch are allocated for
+// the call only.
+constexpr size_t kKeptScratch = size_t{32} << 20;
+
+enum class Use { kCall, kTask };
+
+class Scratch {
+ public:
+  Scratch(size_t bytes, Use use) {
+    thread_local std::unique_ptr<std::byte[]> kept[2];
+    thread_local size_t kept_bytes[2] = {0, 0};
+    const int slot = static_cast<int>(use);
+    if (bytes > kKeptScratch) {
+      own_ = std::make_unique_for_overwrite<std::byte[]>(bytes);
+      data_ = own_.get();
+      return;
+    }
+    if (bytes > kept_bytes[slot]) {
+      kept[slot] = std::make_unique_for_overwrite<std::byte[]>(bytes);
+      kept_bytes[slot] = bytes;
+    }
+    data_ = kept[slot].get();
+  }
+  template <typename T>
+  T* as() const {
+    return reinterpret_cast<T*>(data_);
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> own_;
+  std::byte* data_;
+};
+
 // Calls body(scratch, item) for every item in [0, count) on all threads,
 // each thread taking the next item when it is done: on a machine shared with
 // other processes a descheduled thread delays only its current item, not a
-// fixed share. Each thread allocates its scratch (`scratch_size` elements)
-// once per call.
+// fixed share. Each thread has `scratch_size` elements of scratch.
 template <typename T, typename Body>
 void parallel_items(int64_t count, int64_t scratch_size, const Body& body) {
   std::atomic<int64_t> next{0};
   const int64_t threads = std::min<int64_t>(count, at::get_num_threads());
   at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
-    const auto scratch = std::make_unique_for_overwrite<T[]>(scratch_size);
+    const Scratch scratch(scratch_size * sizeof(T), Use::kTask);
     for (int64_t item = next++; item < count; item = next++) {
-      body(scratch.get(), item);
+      body(scratch.as<T>(), item);
     }
   });
 }
 
-// The bias in a zeroed tensor of `length` elements (length >= K): the
-// micro-kernels' starting values, whole blocks of lanes.
+// dst[0, length) = the bias, then zeros: the micro-kernels' starting
+// values, whole blocks of lanes.
 template <typename T>
-at::Tensor padded_bias(const T* bias, int64_t K, int64_t length,
-                       const at::TensorOptions& options) {
-  auto start = at::zeros({length}, options);
+void pad_bias(const T* bias, int64_t K, int64_t length, T* dst) {
+  std::fill(dst, dst + length, T(0));
   if (bias != nullptr) {
-    std::copy(bias, bias + K, start.mutable_data_ptr<T>());
+    std::copy(bias, bias + K, dst);
   }
-  return start;
 }
 
 // Winograd F(2x2, 3x3) on the space-to-depth view: per 2x2 output tile,
@@ -145,14 +180,14 @@ void forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
       blocking(kern.winograd_products, kern.nsets, ceil_div(K, kern.lanes));
   const int64_t B = tiles.kv * kern.lanes, blocks = ceil_div(K, B);
   const int64_t lanes = 16 * C;
-  auto packed = at::empty({blocks * 16 * lanes * B}, y.options());
-  cpu::pack_winograd_weights(weight.const_data_ptr<T>(), K, C, B, blocks,
-                             packed.mutable_data_ptr<T>());
-  const T* wp = packed.const_data_ptr<T>();
+  const int64_t packed_size = blocks * 16 * lanes * B;
+  const Scratch call((packed_size + (blocks + 1) * B) * sizeof(T), Use::kCall);
+  T* wp = call.as<T>();
+  cpu::pack_winograd_weights(weight.const_data_ptr<T>(), K, C, B, blocks, wp);
   // the products start at zero (the block past the bias's), the outputs at
   // the bias
-  const at::Tensor start = padded_bias(bias, K, (blocks + 1) * B, y.options());
-  const T* init = start.const_data_ptr<T>();
+  T* init = wp + packed_size;
+  pad_bias(bias, K, (blocks + 1) * B, init);
   const int64_t I = ceil_div(P, 2), J = ceil_div(Q, 2);  // tiles
   const auto band = bands(I, N, 4);
   // a tile row covers 8 input rows and reads 16
@@ -235,12 +270,12 @@ void forward(const at::Tensor& x, const at::Tensor& weight, const T* bias,
   const auto& tiles =
       blocking(kern.forward, kern.nsets, ceil_div(K, kern.lanes));
   const int64_t B = tiles.kv * kern.lanes, blocks = ceil_div(K, B);
-  auto packed = at::empty({blocks * C * kTaps * B}, y.options());
-  cpu::pack_forward_weights(weight.const_data_ptr<T>(), K, C, B, blocks,
-                            packed.mutable_data_ptr<T>());
-  const T* wp = packed.const_data_ptr<T>();
-  const at::Tensor start = padded_bias(bias, K, blocks * B, y.options());
-  const T* init = start.const_data_ptr<T>();
+  const int64_t packed_size = blocks * C * kTaps * B;
+  const Scratch call((packed_size + blocks * B) * sizeof(T), Use::kCall);
+  T* wp = call.as<T>();
+  cpu::pack_forward_weights(weight.const_data_ptr<T>(), K, C, B, blocks, wp);
+  T* init = wp + packed_size;
+  pad_bias(bias, K, blocks * B, init);
   const auto band = bands(P, N, 8);
   const int64_t pitch = 4 * Q + 7;
   const int64_t band_size = C * (4 * band.max_rows() + 7) * pitch;
@@ -294,11 +329,13 @@ void input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t pad,
   const auto& tiles =
       blocking(kern.input_grad, kern.nsets, ceil_div(16 * C, kern.lanes));
   const int64_t B = tiles.kv * kern.lanes, blocks = ceil_div(16 * C, B);
-  auto packed = at::empty({blocks * K * 9 * B}, dx.options());
+  const int64_t packed_size = blocks * K * 9 * B;
+  const Scratch call((packed_size + B) * sizeof(T), Use::kCall);
+  T* wp = call.as<T>();
   cpu::pack_input_grad_weights(weight.const_data_ptr<T>(), K, C, B, blocks,
-                               packed.mutable_data_ptr<T>());
-  const T* wp = packed.const_data_ptr<T>();
-  const auto zero = at::zeros({B}, dx.options());
+                               wp);
+  T* zero = wp + packed_size;
+  std::fill(zero, zero + B, T(0));
   // input row h = 4i + a - pad for phase a < 4; likewise columns with j, b
   const int64_t i0 = pad / 4, j0 = pad / 4;
   const int64_t I = (H - 1 + pad) / 4 - i0 + 1, J = (W - 1 + pad) / 4 - j0 + 1;
@@ -320,7 +357,7 @@ void input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t pad,
                         cpu::RowConvFn<T> fn, const int64_t* offsets,
                         int64_t first, int64_t m) {
         fn(rows_dy, offsets, (rows + 2) * pitch, pitch, K, 3,
-           wp + kb * K * 9 * B, zero.const_data_ptr<T>(), tile);
+           wp + kb * K * 9 * B, zero, tile);
         // lanes 4g .. 4g + 3 are the column phases of channel g / 4 at row
         // phase g % 4: four neighbours in an input row
         for (const auto mm : c10::irange(m)) {
@@ -352,33 +389,34 @@ void input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t pad,
 
 // The weight gradient's reduction over pixels: items (bands of images) are
 // split into `slices` runs, each summed by one thread into a partial of its
-// own (body(scratch, partial, item)), and the partials are added in order:
-// deterministic, and the same for any thread count up to 8. Returns the
-// partials, the first holding the sum.
-template <typename T, typename Body>
-at::Tensor sum_over_slices(int64_t items, int64_t part_size,
-                           int64_t scratch_size,
-                           const at::TensorOptions& options,
-                           const Body& body) {
+// own (body(scratch, partial, item)); then finish(sum, begin, end) runs over
+// [0, count) on all threads, sum(i) adding element i of the partials in
+// slice order: deterministic, and the same for any thread count up to 8.
+template <typename T, typename Body, typename Finish>
+void sum_over_slices(int64_t items, int64_t part_size, int64_t scratch_size,
+                     const Body& body, int64_t count, const Finish& finish) {
   const int64_t slices =
       std::min(items, std::max<int64_t>(8, at::get_num_threads()));
-  auto partial = at::zeros({slices, part_size}, options);
-  T* sum = partial.mutable_data_ptr<T>();
+  const Scratch call(slices * part_size * sizeof(T), Use::kCall);
+  T* parts = call.as<T>();
   parallel_items<T>(slices, scratch_size, [&](T* scratch, int64_t slice) {
+    T* part = parts + slice * part_size;
+    std::fill(part, part + part_size, T(0));
     for (const auto item : c10::irange(slice * items / slices,
                                        (slice + 1) * items / slices)) {
-      body(scratch, sum + slice * part_size, item);
+      body(scratch, part, item);
     }
   });
-  // serially: a second parallel region would wait at its barrier for a
-  // thread another process holds
-  for (const auto slice : c10::irange(1, slices)) {
-    const T* part = sum + slice * part_size;
-    for (const auto i : c10::irange(part_size)) {
-      sum[i] += part[i];
+  const auto sum = [&](int64_t i) {
+    T total = 0;
+    for (const auto slice : c10::irange(slices)) {
+      total += parts[slice * part_size + i];
     }
-  }
-  return partial;
+    return total;
+  };
+  at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
+    finish(sum, begin, end);
+  });
 }
 
 // Winograd F(3x3, 2x2), the forward's transposed: per 2x2 tile of
@@ -405,10 +443,10 @@ void weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
   // transformed input [xi][tile][c][a][nu][b], grad_output [kb][xi nu][tile]
   const int64_t v_stride = band.max_rows() * J * C * 64;
   const int64_t d_plane = band.max_rows() * J * B;
-  const at::Tensor partial = sum_over_slices<T>(
+  sum_over_slices<T>(
       N * band.count, s_size + blocks * B,
       band_size + dyt_size + 4 * v_stride + 16 * blocks * d_plane,
-      x.options(), [&](T* rows_in, T* part, int64_t item) {
+      [&](T* rows_in, T* part, int64_t item) {
         T* dyt = rows_in + band_size;
         T* v = dyt + dyt_size;
         T* d = v + 4 * v_stride;
@@ -451,39 +489,43 @@ void weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
             }
           }
         }
-      });
-  const T* sum = partial.const_data_ptr<T>();
-  for (const auto k : c10::irange(K)) {
-    for (const auto l : c10::irange(lanes)) {
-      const int64_t c = l / 16, a = l / 4 % 4, b = l % 4;
-      // G^T = [1 .5 .5 0; 0 .5 -.5 0; 0 .5 .5 1] on both sides
-      double s[4][4], t[3][4];
-      for (const auto e : c10::irange(16)) {
-        s[e / 4][e % 4] =
-            sum[((e * blocks + k / B) * lanes + l) * B + k % B];
-      }
-      for (const auto nu : c10::irange(4)) {
-        t[0][nu] = s[0][nu] + (s[1][nu] + s[2][nu]) / 2;
-        t[1][nu] = (s[1][nu] - s[2][nu]) / 2;
-        t[2][nu] = (s[1][nu] + s[2][nu]) / 2 + s[3][nu];
-      }
-      for (const auto tr : c10::irange(3)) {
-        const double* h = t[tr];
-        const double taps[3] = {h[0] + (h[1] + h[2]) / 2, (h[1] - h[2]) / 2,
-                                (h[1] + h[2]) / 2 + h[3]};
-        for (const auto u : c10::irange(3)) {
-          const int64_t r = 4 * tr + a, s_ = 4 * u + b;
-          if (r < kKernelSize && s_ < kKernelSize) {
-            grad_weight[((k * C + c) * kKernelSize + r) * kKernelSize + s_] =
-                T(taps[u]);
+      },
+      lanes + 1, [&](const auto& sum, int64_t begin, int64_t end) {
+        for (const auto l : c10::irange(begin, end)) {
+          if (l == lanes) {
+            for (const auto k : c10::irange(grad_bias != nullptr ? K : 0)) {
+              grad_bias[k] = sum(s_size + k);
+            }
+            continue;
+          }
+          const int64_t c = l / 16, a = l / 4 % 4, b = l % 4;
+          for (const auto k : c10::irange(K)) {
+            // G^T = [1 .5 .5 0; 0 .5 -.5 0; 0 .5 .5 1] on both sides
+            double s[4][4], t[3][4];
+            for (const auto e : c10::irange(16)) {
+              s[e / 4][e % 4] = sum(((e * blocks + k / B) * lanes + l) * B + k % B);
+            }
+            for (const auto nu : c10::irange(4)) {
+              t[0][nu] = s[0][nu] + (s[1][nu] + s[2][nu]) / 2;
+              t[1][nu] = (s[1][nu] - s[2][nu]) / 2;
+              t[2][nu] = (s[1][nu] + s[2][nu]) / 2 + s[3][nu];
+            }
+            for (const auto tr : c10::irange(3)) {
+              const double* h = t[tr];
+              const double taps[3] = {h[0] + (h[1] + h[2]) / 2,
+                                      (h[1] - h[2]) / 2,
+                                      (h[1] + h[2]) / 2 + h[3]};
+              for (const auto u : c10::irange(3)) {
+                const int64_t r = 4 * tr + a, s_ = 4 * u + b;
+                if (r < kKernelSize && s_ < kKernelSize) {
+                  grad_weight[((k * C + c) * kKernelSize + r) * kKernelSize +
+                              s_] = T(taps[u]);
+                }
+              }
+            }
           }
         }
-      }
-    }
-  }
-  if (grad_bias != nullptr) {
-    std::copy(sum + s_size, sum + s_size + K, grad_bias);
-  }
+      });
 }
 
 template <typename T>
@@ -502,9 +544,9 @@ void weight_grad(const at::Tensor& dy, const at::Tensor& x, int64_t pad,
   const int64_t pitch = 4 * Q + 7;
   const int64_t band_size = C * (4 * band.max_rows() + 7) * pitch;
   const int64_t dyt_size = blocks * band.max_rows() * Q * B;
-  const at::Tensor partial = sum_over_slices<T>(
+  sum_over_slices<T>(
       N * band.count, taps_size + blocks * B, band_size + dyt_size,
-      x.options(), [&](T* rows_in, T* part, int64_t item) {
+      [&](T* rows_in, T* part, int64_t item) {
         T* dyt = rows_in + band_size;
         const int64_t n = item / band.count, b = item % band.count;
         const int64_t p0 = band.begin(b), rows = band.begin(b + 1) - p0;
@@ -525,16 +567,18 @@ void weight_grad(const at::Tensor& dy, const at::Tensor& x, int64_t pad,
             }
           }
         }
+      },
+      K, [&](const auto& sum, int64_t begin, int64_t end) {
+        for (const auto k : c10::irange(begin, end)) {
+          for (const auto t : c10::irange(C * kTaps)) {
+            grad_weight[k * C * kTaps + t] =
+                sum((k / B * C * kTaps + t) * B + k % B);
+          }
+          if (grad_bias != nullptr) {
+            grad_bias[k] = sum(taps_size + k);
+          }
+        }
       });
-  const T* sum = partial.const_data_ptr<T>();
-  for (const auto k : c10::irange(K)) {
-    for (const auto t : c10::irange(C * kTaps)) {
-      grad_weight[k * C * kTaps + t] = sum[(k / B * C * kTaps + t) * B + k % B];
-    }
-  }
-  if (grad_bias != nullptr) {
-    std::copy(sum + taps_size, sum + taps_size + K, grad_bias);
-  }
 }
 
 bool is_reduced(const at::Tensor& t) {

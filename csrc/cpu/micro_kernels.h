@@ -147,6 +147,8 @@ ALEXOP_TARGET void transpose_blocks(const typename V::T* src, int64_t lds,
       Reg b[L];
       ALEXOP_UNROLL
       for (int i = 0; i < L; ++i) {
+        // sources are rows of tensors in memory: fetched two blocks ahead
+        __builtin_prefetch(src + (r0 + i) * lds + c0 + 2 * L);
         b[i] = V::load_n(src + (r0 + i) * lds + c0, i < nr ? nc : 0);
       }
       V::transpose(b);
