@@ -387,32 +387,42 @@ void input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t pad,
   });
 }
 
-// The weight gradient's reduction over pixels: items (bands of images) are
-// split into `slices` runs, each summed by one thread into a partial of its
-// own (body(scratch, partial, item)); then finish(sum, begin, end) runs over
-// [0, count) on all threads, sum(i) adding element i of the partials in
-// slice order: deterministic, and the same for any thread count up to 8.
+// The weight gradient's reduction over pixels: the N x R rows of the batch
+// (R a image) are split into `slices` equal runs, each summed by one thread
+// into a partial of its own, a band of at most max_rows rows of one image at
+// a time (body(scratch, partial, n, first row, rows)); then finish(sum,
+// begin, end) runs over [0, count) on all threads, sum(i, n, out) adding
+// elements [i, i + n) of the partials in slice order: deterministic, and the
+// same for any thread count up to 8.
 template <typename T, typename Body, typename Finish>
-void sum_over_slices(int64_t items, int64_t part_size, int64_t scratch_size,
+void sum_over_slices(int64_t N, int64_t R, int64_t max_rows,
+                     int64_t part_size, int64_t scratch_size,
                      const Body& body, int64_t count, const Finish& finish) {
+  const int64_t total = N * R;
   const int64_t slices =
-      std::min(items, std::max<int64_t>(8, at::get_num_threads()));
+      std::min(total, std::max<int64_t>(8, at::get_num_threads()));
   const Scratch call(slices * part_size * sizeof(T), Use::kCall);
   T* parts = call.as<T>();
   parallel_items<T>(slices, scratch_size, [&](T* scratch, int64_t slice) {
     T* part = parts + slice * part_size;
     std::fill(part, part + part_size, T(0));
-    for (const auto item : c10::irange(slice * items / slices,
-                                       (slice + 1) * items / slices)) {
-      body(scratch, part, item);
+    const int64_t end = (slice + 1) * total / slices;
+    for (int64_t row = slice * total / slices; row < end;) {
+      const int64_t n = row / R, r = row % R;
+      const int64_t rows = std::min({max_rows, end - row, R - r});
+      body(scratch, part, n, r, rows);
+      row += rows;
     }
   });
-  const auto sum = [&](int64_t i) {
-    T total = 0;
-    for (const auto slice : c10::irange(slices)) {
-      total += parts[slice * part_size + i];
+  // out[0, n) = elements [i, i + n) summed over the partials in order
+  const auto sum = [&](int64_t i, int64_t n, T* out) {
+    std::copy(parts + i, parts + i + n, out);
+    for (const auto slice : c10::irange(1, slices)) {
+      const T* part = parts + slice * part_size + i;
+      for (const auto m : c10::irange(n)) {
+        out[m] += part[m];
+      }
     }
-    return total;
   };
   at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
     finish(sum, begin, end);
@@ -434,24 +444,22 @@ void weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
   const int64_t B = kern.winograd_grad_kv * kern.lanes, blocks = ceil_div(K, B);
   const int64_t lanes = 16 * C;
   const int64_t I = ceil_div(P, 2), J = ceil_div(Q, 2);  // tiles
-  const auto band = bands(I, N, 2);
+  const int64_t max_rows = 2;
   // sums[4 xi + nu][kb][16c + 4a + b][j], then the bias's
   const int64_t s_size = 16 * blocks * lanes * B;
   const int64_t pitch = 8 * J + 8;
-  const int64_t band_size = C * (8 * band.max_rows() + 8) * pitch;
-  const int64_t dyt_size = blocks * 2 * band.max_rows() * Q * B;
+  const int64_t band_size = C * (8 * max_rows + 8) * pitch;
+  const int64_t dyt_size = blocks * 2 * max_rows * Q * B;
   // transformed input [xi][tile][c][a][nu][b], grad_output [kb][xi nu][tile]
-  const int64_t v_stride = band.max_rows() * J * C * 64;
-  const int64_t d_plane = band.max_rows() * J * B;
+  const int64_t v_stride = max_rows * J * C * 64;
+  const int64_t d_plane = max_rows * J * B;
   sum_over_slices<T>(
-      N * band.count, s_size + blocks * B,
+      N, I, max_rows, s_size + blocks * B,
       band_size + dyt_size + 4 * v_stride + 16 * blocks * d_plane,
-      [&](T* rows_in, T* part, int64_t item) {
+      [&](T* rows_in, T* part, int64_t n, int64_t i0, int64_t rows) {
         T* dyt = rows_in + band_size;
         T* v = dyt + dyt_size;
         T* d = v + 4 * v_stride;
-        const int64_t n = item / band.count, b = item % band.count;
-        const int64_t i0 = band.begin(b), rows = band.begin(b + 1) - i0;
         const int64_t height = 8 * rows + 8;
         cpu::pack_rows(strided<T>(x, n), C, H, W, 8 * i0 - pad, height, -pad,
                        pitch, rows_in);
@@ -493,33 +501,39 @@ void weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
       lanes + 1, [&](const auto& sum, int64_t begin, int64_t end) {
         for (const auto l : c10::irange(begin, end)) {
           if (l == lanes) {
-            for (const auto k : c10::irange(grad_bias != nullptr ? K : 0)) {
-              grad_bias[k] = sum(s_size + k);
+            if (grad_bias != nullptr) {
+              sum(s_size, K, grad_bias);
             }
             continue;
           }
           const int64_t c = l / 16, a = l / 4 % 4, b = l % 4;
-          for (const auto k : c10::irange(K)) {
-            // G^T = [1 .5 .5 0; 0 .5 -.5 0; 0 .5 .5 1] on both sides
-            double s[4][4], t[3][4];
+          for (const auto kb : c10::irange(blocks)) {
+            // the 16 sums of each output channel of the block
+            T s[16][cpu::kMaxLanes];
             for (const auto e : c10::irange(16)) {
-              s[e / 4][e % 4] = sum(((e * blocks + k / B) * lanes + l) * B + k % B);
+              sum(((e * blocks + kb) * lanes + l) * B, B, s[e]);
             }
-            for (const auto nu : c10::irange(4)) {
-              t[0][nu] = s[0][nu] + (s[1][nu] + s[2][nu]) / 2;
-              t[1][nu] = (s[1][nu] - s[2][nu]) / 2;
-              t[2][nu] = (s[1][nu] + s[2][nu]) / 2 + s[3][nu];
-            }
-            for (const auto tr : c10::irange(3)) {
-              const double* h = t[tr];
-              const double taps[3] = {h[0] + (h[1] + h[2]) / 2,
-                                      (h[1] - h[2]) / 2,
-                                      (h[1] + h[2]) / 2 + h[3]};
-              for (const auto u : c10::irange(3)) {
-                const int64_t r = 4 * tr + a, s_ = 4 * u + b;
-                if (r < kKernelSize && s_ < kKernelSize) {
-                  grad_weight[((k * C + c) * kKernelSize + r) * kKernelSize +
-                              s_] = T(taps[u]);
+            for (const auto j : c10::irange(std::min(B, K - kb * B))) {
+              // G^T = [1 .5 .5 0; 0 .5 -.5 0; 0 .5 .5 1] on both sides
+              double t[3][4];
+              for (const auto nu : c10::irange(4)) {
+                const double s0 = s[nu][j], s1 = s[4 + nu][j];
+                const double s2 = s[8 + nu][j], s3 = s[12 + nu][j];
+                t[0][nu] = s0 + (s1 + s2) / 2;
+                t[1][nu] = (s1 - s2) / 2;
+                t[2][nu] = (s1 + s2) / 2 + s3;
+              }
+              T* gw = grad_weight + ((kb * B + j) * C + c) * kTaps;
+              for (const auto tr : c10::irange(3)) {
+                const double* h = t[tr];
+                const double taps[3] = {h[0] + (h[1] + h[2]) / 2,
+                                        (h[1] - h[2]) / 2,
+                                        (h[1] + h[2]) / 2 + h[3]};
+                for (const auto u : c10::irange(3)) {
+                  const int64_t r = 4 * tr + a, s_ = 4 * u + b;
+                  if (r < kKernelSize && s_ < kKernelSize) {
+                    gw[r * kKernelSize + s_] = T(taps[u]);
+                  }
                 }
               }
             }
@@ -539,17 +553,15 @@ void weight_grad(const at::Tensor& dy, const at::Tensor& x, int64_t pad,
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t K = dy.size(1), P = dy.size(2), Q = dy.size(3);
   const int64_t B = kern.wgrad_kv * kern.lanes, blocks = ceil_div(K, B);
-  const auto band = bands(P, N, 8);
+  const int64_t max_rows = 8;
   const int64_t taps_size = blocks * C * kTaps * B;
   const int64_t pitch = 4 * Q + 7;
-  const int64_t band_size = C * (4 * band.max_rows() + 7) * pitch;
-  const int64_t dyt_size = blocks * band.max_rows() * Q * B;
+  const int64_t band_size = C * (4 * max_rows + 7) * pitch;
+  const int64_t dyt_size = blocks * max_rows * Q * B;
   sum_over_slices<T>(
-      N * band.count, taps_size + blocks * B, band_size + dyt_size,
-      [&](T* rows_in, T* part, int64_t item) {
+      N, P, max_rows, taps_size + blocks * B, band_size + dyt_size,
+      [&](T* rows_in, T* part, int64_t n, int64_t p0, int64_t rows) {
         T* dyt = rows_in + band_size;
-        const int64_t n = item / band.count, b = item % band.count;
-        const int64_t p0 = band.begin(b), rows = band.begin(b + 1) - p0;
         const int64_t height = 4 * rows + 7;
         cpu::pack_rows(strided<T>(x, n), C, H, W, 4 * p0 - pad, height, -pad,
                        pitch, rows_in);
@@ -568,14 +580,20 @@ void weight_grad(const at::Tensor& dy, const at::Tensor& x, int64_t pad,
           }
         }
       },
-      K, [&](const auto& sum, int64_t begin, int64_t end) {
-        for (const auto k : c10::irange(begin, end)) {
-          for (const auto t : c10::irange(C * kTaps)) {
-            grad_weight[k * C * kTaps + t] =
-                sum((k / B * C * kTaps + t) * B + k % B);
+      C * kTaps + 1, [&](const auto& sum, int64_t begin, int64_t end) {
+        for (const auto t : c10::irange(begin, end)) {
+          if (t == C * kTaps) {
+            if (grad_bias != nullptr) {
+              sum(taps_size, K, grad_bias);
+            }
+            continue;
           }
-          if (grad_bias != nullptr) {
-            grad_bias[k] = sum(taps_size + k);
+          T s[cpu::kMaxLanes];
+          for (const auto kb : c10::irange(blocks)) {
+            sum((kb * C * kTaps + t) * B, B, s);
+            for (const auto j : c10::irange(std::min(B, K - kb * B))) {
+              grad_weight[(kb * B + j) * C * kTaps + t] = s[j];
+            }
           }
         }
       });

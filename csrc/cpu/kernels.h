@@ -33,6 +33,8 @@ using RowConvFn = void (*)(const T* in, const int64_t* offsets,
 // channels times m[i] pixels; m is {largest, 4, 2, 1}, so any number of
 // pixels splits into tiles with no pixel computed twice.
 constexpr int kMaxTilePixels = 24;
+// Output channels in a block (kv * lanes) at most.
+constexpr int kMaxLanes = 64;
 
 template <typename T>
 struct RowConvTiles {

@@ -238,6 +238,7 @@ template <class V, int S, int KV, int M>
 RowConvTiles<typename V::T> tiles(Blocking<KV, M>) {
   static_assert(M >= 4 && M <= kMaxTilePixels,
                 "tails are split into 4, 2 and 1 pixels");
+  static_assert(KV * V::kLanes <= kMaxLanes, "blocks of at most kMaxLanes");
   return {KV,
           {M, 4, 2, 1},
           {&row_conv<V, KV, M, S>, &row_conv<V, KV, 4, S>,
@@ -255,6 +256,7 @@ Kernels<typename V::T> make_kernels(TransposeFn<typename V::T> transpose,
   ((k.forward[k.nsets] = tiles<V, 11>(blockings),
     k.input_grad[k.nsets] = tiles<V, 3>(blockings), ++k.nsets),
    ...);
+  static_assert(WgradKV * V::kLanes <= kMaxLanes, "blocks of at most kMaxLanes");
   k.wgrad_kv = WgradKV;
   k.wgrad = &wgrad_taps<V, WgradKV, 1, 11>;
   k.transpose = transpose;
@@ -272,6 +274,7 @@ void add_winograd(Kernels<typename V::T>& k,
   int i = 0;
   ((k.winograd_products[i++] = tiles<V, 4>(blockings)), ...);
   k.winograd_grad_input = &winograd_grad_input<V>;
+  static_assert(GradKV * V::kLanes <= kMaxLanes, "blocks of at most kMaxLanes");
   k.winograd_grad_kv = GradKV;
   k.winograd_grad = &wgrad_taps<V, GradKV, 2, 4>;
 }
