@@ -10,44 +10,50 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+
+#define ALEXOP_TARGET
+#define ALEXOP_VEC inline
+
+namespace alexop::cpu::portable {
+
+template <typename T>
+struct Array {
+  T v[32 / sizeof(T)];
+};
+
+template <typename T>
+Array<T> vload(const T* p) {
+  Array<T> r;
+  std::memcpy(r.v, p, sizeof(r.v));
+  return r;
+}
+template <typename T>
+void vstore(T* p, const Array<T>& r) {
+  std::memcpy(p, r.v, sizeof(r.v));
+}
+template <typename T>
+Array<T> vbcast(const T* p) {
+  Array<T> r;
+  for (auto& x : r.v) {
+    x = *p;
+  }
+  return r;
+}
+template <typename T>
+Array<T> vfma(const Array<T>& a, const Array<T>& b, Array<T> c) {
+  for (size_t i = 0; i < std::size(c.v); ++i) {
+    c.v[i] += a.v[i] * b.v[i];
+  }
+  return c;
+}
+
+}  // namespace alexop::cpu::portable
 
 #define ALEXOP_CPU_ISA portable
-#define ALEXOP_TARGET
 #include "micro_kernels.h"
 
 namespace alexop::cpu {
-namespace portable {
-
-template <typename Scalar>
-struct Vec {
-  using T = Scalar;
-  static constexpr int kLanes = 32 / sizeof(T);
-  struct Reg {
-    T v[kLanes];
-  };
-  static Reg zero() { return Reg{}; }
-  static Reg load(const T* p) {
-    Reg r;
-    std::memcpy(r.v, p, sizeof(r.v));
-    return r;
-  }
-  static Reg bcast(const T* p) {
-    Reg r;
-    for (auto& x : r.v) {
-      x = *p;
-    }
-    return r;
-  }
-  static Reg fma(const Reg& a, const Reg& b, Reg c) {
-    for (int i = 0; i < kLanes; ++i) {
-      c.v[i] += a.v[i] * b.v[i];
-    }
-    return c;
-  }
-  static void store(T* p, const Reg& r) { std::memcpy(p, r.v, sizeof(r.v)); }
-};
-
-}  // namespace portable
 
 template <typename T>
 const Kernels<T>& kernels_default() {

@@ -1,10 +1,9 @@
 #pragma once
-// The micro-kernels, written once over a vector type V (V::T the scalar,
-// V::Reg a register of V::kLanes scalars, with zero / load / fma / store and
-// bcast, one scalar from memory to every lane). Each kernels_<isa>.cpp
-// defines ALEXOP_CPU_ISA (the namespace, like ATen's CPU_CAPABILITY) and
-// ALEXOP_TARGET (the function attribute that lets the compiler use that
-// instruction set here only), then includes this file.
+// The micro-kernels, written once over a vector type (Vec below). Each
+// kernels_<isa>.cpp defines ALEXOP_CPU_ISA (the namespace, like ATen's
+// CPU_CAPABILITY), ALEXOP_TARGET (the function attribute that lets the
+// compiler use that instruction set here only) and ALEXOP_VEC (the same,
+// inlined) and its registers' one-line operations, then includes this file.
 // Register blocks are arrays indexed by loop counters the compiler unrolls
 // completely, so they live in registers.
 
@@ -17,6 +16,28 @@
 #endif
 
 namespace alexop::cpu::ALEXOP_CPU_ISA {
+
+// T scalars in a register, over the operations the instruction set's
+// file defines for its register types: vload, vstore, vbcast (one scalar
+// from memory to every lane), vfma; vadd and vsub for the Winograd
+// transforms; vload_n / vstore_n (the first n lanes) and vtranspose (lane j
+// of r[i] <-> lane i of r[j]) for the register transpose.
+template <typename Scalar>
+struct Vec {
+  using T = Scalar;
+  using Reg = decltype(vload(static_cast<const T*>(nullptr)));
+  static constexpr int kLanes = sizeof(Reg) / sizeof(T);
+  ALEXOP_VEC static Reg zero() { return Reg{}; }
+  ALEXOP_VEC static Reg load(const T* p) { return vload(p); }
+  ALEXOP_VEC static void store(T* p, Reg v) { vstore(p, v); }
+  ALEXOP_VEC static Reg bcast(const T* p) { return vbcast(p); }
+  ALEXOP_VEC static Reg fma(Reg a, Reg b, Reg c) { return vfma(a, b, c); }
+  ALEXOP_VEC static Reg add(Reg a, Reg b) { return vadd(a, b); }
+  ALEXOP_VEC static Reg sub(Reg a, Reg b) { return vsub(a, b); }
+  ALEXOP_VEC static Reg load_n(const T* p, int n) { return vload_n(p, n); }
+  ALEXOP_VEC static void store_n(T* p, Reg v, int n) { vstore_n(p, v, n); }
+  ALEXOP_VEC static void transpose(Reg* r) { vtranspose(r); }
+};
 
 template <class V, int KV, int M, int S>
 ALEXOP_TARGET void row_conv(const typename V::T* in, const int64_t* offsets,
