@@ -1,14 +1,16 @@
-// CPU kernels: direct convolutions on register-blocked micro-kernels
-// (kernels.h), one band of output rows of one image per task. The forward
-// packs the band's input rows zero-padded (so borders and any input strides
-// cost nothing in the inner loop) and sums 11x11 taps into blocks of output
-// channels x pixels held in registers. The input gradient is the same
-// micro-kernel over grad_output by space-to-depth: each input pixel's 16
-// phases (row and column mod 4) of every channel are output lanes of a 3x3,
-// stride-1 convolution. The weight gradient sums over pixels into
-// per-slice partial sums that are added in a fixed order: deterministic, and
-// the same for any thread count up to 8. float16 and bfloat16 (what CPU
-// autocast produces) are computed in float32.
+// CPU kernels on register-blocked micro-kernels (kernels.h). A task is a
+// band of output rows of one image, packed zero-padded (so borders and any
+// input strides cost nothing in the inner loops), handed to threads as they
+// come free. Stride 4 is taken apart by space-to-depth: input channel c at
+// row phase a and column phase b is channel 16c + 4a + b of a stride-1
+// convolution with 3x3 taps. With AVX-512, the float32 forward and weight
+// gradient are Winograd F(2x2, 3x3) on that view (0.53x the multiplies);
+// otherwise the forward sums the 11x11 taps into blocks of output channels x
+// pixels held in registers and the weight gradient sums over pixels. The
+// input gradient is the row micro-kernel on the same view of grad_output.
+// Weight gradients sum into per-slice partials added in a fixed order:
+// deterministic, and the same for any thread count up to 4. float16 and
+// bfloat16 (what CPU autocast produces) are computed in float32.
 
 #include "../conv11s4.h"
 #include "kernels.h"
@@ -393,14 +395,14 @@ void input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t pad,
 // a time (body(scratch, partial, n, first row, rows)); then finish(sum,
 // begin, end) runs over [0, count) on all threads, sum(i, n, out) adding
 // elements [i, i + n) of the partials in slice order: deterministic, and the
-// same for any thread count up to 8.
+// same for any thread count up to 4.
 template <typename T, typename Body, typename Finish>
 void sum_over_slices(int64_t N, int64_t R, int64_t max_rows,
                      int64_t part_size, int64_t scratch_size,
                      const Body& body, int64_t count, const Finish& finish) {
   const int64_t total = N * R;
   const int64_t slices =
-      std::min(total, std::max<int64_t>(8, at::get_num_threads()));
+      std::min(total, std::max<int64_t>(4, at::get_num_threads()));
   const Scratch call(slices * part_size * sizeof(T), Use::kCall);
   T* parts = call.as<T>();
   parallel_items<T>(slices, scratch_size, [&](T* scratch, int64_t slice) {
