@@ -23,6 +23,10 @@
 #include <c10/util/irange.h>
 #include <torch/library.h>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -601,6 +605,25 @@ void weight_grad(const at::Tensor& dy, const at::Tensor& x, int64_t pad,
       });
 }
 
+// An output of more than 32 MB is memory glibc maps afresh every call, and
+// the tasks fault it in 4 KB at a time (two threads then contend in the
+// kernel's page allocator); asking for transparent huge pages makes that a
+// few 2 MB faults. A hint: where it fails, or the pages are already there,
+// nothing changes.
+void advise_huge_pages(const at::Tensor& t) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const auto start = reinterpret_cast<uintptr_t>(t.data_ptr());
+  const uintptr_t begin = (start + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = (start + t.nbytes()) & ~(kHuge - 1);
+  if (end > begin) {
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  }
+#else
+  (void)t;
+#endif
+}
+
 bool is_reduced(const at::Tensor& t) {
   return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
 }
@@ -631,6 +654,7 @@ at::Tensor conv11s4_cpu(
   if (output.numel() == 0) {
     return output;
   }
+  advise_huge_pages(output);
   const auto w = weight.contiguous();
   const auto bias = has_bias ? bias_opt->contiguous() : at::Tensor();
   AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "conv11s4_cpu", [&] {
@@ -660,6 +684,7 @@ at::Tensor conv11s4_backward_input_cpu(
   if (grad_input.numel() == 0) {
     return grad_input;
   }
+  advise_huge_pages(grad_input);
   const auto w = weight.contiguous();
   AT_DISPATCH_FLOATING_TYPES(
       grad_output.scalar_type(), "conv11s4_backward_input_cpu", [&] {
