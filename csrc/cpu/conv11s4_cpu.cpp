@@ -189,7 +189,10 @@ void forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
   const int64_t packed_size = blocks * 16 * lanes * B;
   const Scratch call((packed_size + (blocks + 1) * B) * sizeof(T), Use::kCall);
   T* wp = call.as<T>();
-  cpu::pack_winograd_weights(weight.const_data_ptr<T>(), K, C, B, blocks, wp);
+  at::parallel_for(0, blocks * B, 16, [&](int64_t k0, int64_t k1) {
+    cpu::pack_winograd_weights(weight.const_data_ptr<T>(), K, C, B, blocks,
+                               k0, k1, wp);
+  });
   // the products start at zero (the block past the bias's), the outputs at
   // the bias
   T* init = wp + packed_size;

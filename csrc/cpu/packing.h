@@ -100,13 +100,20 @@ void pack_input_grad_weights(const T* w, int64_t K, int64_t C, int64_t B,
 // space-to-depth channel 16c + 4a + b (g[t][u] = w[k][c][4t + a][4u + b],
 // zero past the 11x11 kernel) as G g G^T, G = [1 0 0; .5 .5 .5; .5 -.5 .5;
 // 0 0 1], computed in double:
-//   dst[((kb * 16 + 4 xi + nu) * 16 C + 16c + 4a + b) * B + j], k = kb B + j.
+//   dst[((kb * 16 + 4 xi + nu) * 16 C + 16c + 4a + b) * B + j], k = kb B + j,
+// for output channels [k0, k1); channels past K (the last block's padding)
+// are zero.
 template <typename T>
 void pack_winograd_weights(const T* w, int64_t K, int64_t C, int64_t B,
-                           int64_t blocks, T* dst) {
+                           int64_t blocks, int64_t k0, int64_t k1, T* dst) {
   const int64_t lanes = 16 * C;
-  std::fill(dst, dst + blocks * 16 * lanes * B, T(0));
-  for (const auto k : c10::irange(K)) {
+  for (const auto k : c10::irange(k0, k1)) {
+    if (k >= K) {
+      for (const auto e : c10::irange(16 * lanes)) {
+        dst[((k / B * 16) * lanes + e) * B + k % B] = T(0);
+      }
+      continue;
+    }
     for (const auto l : c10::irange(lanes)) {
       const int64_t c = l / 16, a = l / 4 % 4, b = l % 4;
       double g[3][3];
