@@ -21,6 +21,17 @@ struct Strided {
   int64_t n, c, h, w;
 };
 
+// out[c * plane + j] = in[j * stride + c] for j < n, c < Channels: a
+// channels_last row dealt out, the channel loop unrolled.
+template <int Channels, typename T>
+void deal(const T* in, int64_t stride, int64_t n, T* out, int64_t plane) {
+  for (int64_t j = 0; j < n; ++j, in += stride) {
+    for (int c = 0; c < Channels; ++c) {
+      out[c * plane + j] = in[c];
+    }
+  }
+}
+
 // dst[c][i][j] = src[c][h0 + i][w0 + j], zero outside the H x W image,
 // for c < C, i < rows, j < pitch.
 template <typename T>
@@ -29,24 +40,35 @@ void pack_rows(const Strided<T>& src, int64_t C, int64_t H, int64_t W,
   // columns j in [lo, hi) come from the image
   const int64_t lo = std::clamp<int64_t>(-w0, 0, pitch);
   const int64_t hi = std::clamp<int64_t>(W - w0, lo, pitch);
-  for (const auto c : c10::irange(C)) {
-    for (const auto i : c10::irange(rows)) {
+  for (const auto i : c10::irange(rows)) {
+    const int64_t h = h0 + i;
+    for (const auto c : c10::irange(C)) {
       T* out = dst + (c * rows + i) * pitch;
-      const int64_t h = h0 + i;
-      if (h < 0 || h >= H) {
-        std::fill(out, out + pitch, T(0));
-        continue;
+      const bool inside = h >= 0 && h < H;
+      std::fill(out, out + (inside ? lo : pitch), T(0));
+      std::fill(out + (inside ? hi : pitch), out + pitch, T(0));
+    }
+    if (h < 0 || h >= H || hi == lo) {
+      continue;
+    }
+    const T* in = src.data + h * src.h + (w0 + lo) * src.w;
+    if (src.w == 1) {
+      for (const auto c : c10::irange(C)) {
+        std::memcpy(dst + (c * rows + i) * pitch + lo, in + c * src.c,
+                    (hi - lo) * sizeof(T));
       }
-      std::fill(out, out + lo, T(0));
-      const T* in = src.data + c * src.c + h * src.h + (w0 + lo) * src.w;
-      if (src.w == 1) {
-        std::memcpy(out + lo, in, (hi - lo) * sizeof(T));
-      } else {
-        for (int64_t j = lo; j < hi; ++j, in += src.w) {
-          out[j] = *in;
+    } else if (src.c == 1 && C <= 4) {
+      // channels_last: one pass over the row
+      constexpr decltype(&deal<1, T>) deals[] = {&deal<1, T>, &deal<2, T>,
+                                                 &deal<3, T>, &deal<4, T>};
+      deals[C - 1](in, src.w, hi - lo, dst + i * pitch + lo, rows * pitch);
+    } else {
+      for (const auto c : c10::irange(C)) {
+        T* out = dst + (c * rows + i) * pitch + lo;
+        for (const auto j : c10::irange(hi - lo)) {
+          out[j] = in[c * src.c + j * src.w];
         }
       }
-      std::fill(out + hi, out + pitch, T(0));
     }
   }
 }
