@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 
 import alexop
-from conftest import REL_L2, assert_matches, make_inputs, reference, rel_l2
+from conftest import REL_L2, assert_matches, grads_reference, make_inputs, reference, rel_l2
+from test_nonfinite import _poison, assert_nonfinite_match
 
 # alexop picks the best instruction set the CPU has; ALEXOP_CPU_CAPABILITY lowers it.
 ISAS = ["avx512", "avx2", "default"]
@@ -121,6 +122,29 @@ def test_deterministic_across_runs_and_thread_counts(isa_name, monkeypatch):
     for threads in (2, 1):
         again = _bits(threads, isa_name, monkeypatch)
         assert all(torch.equal(a, f) for a, f in zip(again, first)), threads
+
+
+# Winograd and the space-to-depth input gradient fall back to other kernels
+# (or add terms one by one) where results come out non-finite: the patterns of
+# +Inf, -Inf and NaN are F.conv2d's on every instruction set, with the
+# non-finite values in the images, grad_output or the weights.
+@pytest.mark.parametrize("poisoned", ["input", "grad_output", "weight"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_nonfinite_where_conv2d_is(isa, poisoned, dtype):
+    x, wt, b = make_inputs(2, 3, 20, 61, 67, dtype=dtype)
+    grad = torch.randn(2, 20, 14, 16, generator=torch.Generator().manual_seed(3), dtype=dtype)
+    if poisoned == "input":
+        x = _poison(x)
+    elif poisoned == "grad_output":
+        grad = _poison(grad)
+    else:
+        wt = _poison(wt)
+    leaves = [t.detach().requires_grad_() for t in (x, wt, b)]
+    out = alexop.conv11s4(*leaves)
+    assert_nonfinite_match(out, reference(x, wt, b), REL_L2[dtype], "output")
+    got = torch.autograd.grad(out, leaves, grad)
+    for name, g, r in zip(("input", "weight", "bias"), got, grads_reference(x, wt, b, grad, 2)):
+        assert_nonfinite_match(g, r, REL_L2[dtype], f"{name} gradient")
 
 
 def test_reduced_dtypes_compute_in_float32():

@@ -13,10 +13,23 @@ from conftest import make_inputs, needs_cuda
 KEYS = ("forward", "weight_grad", "input_grad")
 
 
-def test_cpu_names():
+def _cpu_names(forward_and_weight_grad, isa):
+    return {"forward": f"cpu_fwd_{forward_and_weight_grad}_{isa}",
+            "weight_grad": f"cpu_wgrad_{forward_and_weight_grad}_{isa}", "input_grad": f"cpu_dgrad_s2d_{isa}"}
+
+
+def test_cpu_names(monkeypatch):
+    # Winograd with AVX-512 for float32 (float16 and bfloat16 run in float32), direct otherwise;
+    # ALEXOP_CPU_CAPABILITY=default gives the same names on every CPU.
     x, w, _ = make_inputs(2, 3, 8, 32, 32)
-    assert alexop.kernel_for(x, w) == dict.fromkeys(KEYS, "cpu_gemm")
-    assert alexop.kernel_for(x, w, padding=0) == dict.fromkeys(KEYS, "cpu_gemm")
+    best = alexop.kernel_for(x, w)
+    assert best in [_cpu_names("winograd", "avx512"), _cpu_names("direct", "avx2"), _cpu_names("direct", "default")]
+    assert alexop.kernel_for(x.half(), w.half()) == best
+    assert alexop.kernel_for(x.double(), w.double())["forward"].startswith("cpu_fwd_direct_")
+    monkeypatch.setenv("ALEXOP_CPU_CAPABILITY", "default")
+    assert alexop.kernel_for(x, w) == _cpu_names("direct", "default")
+    assert alexop.kernel_for(x, w, padding=0) == _cpu_names("direct", "default")
+    assert alexop.kernel_for(x[:0], w) == dict.fromkeys(KEYS, "none")
 
 
 def test_checks_arguments_like_the_forward():

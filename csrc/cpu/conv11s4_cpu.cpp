@@ -19,6 +19,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/nan_to_num.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/irange.h>
 #include <torch/library.h>
@@ -29,6 +30,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <memory>
 
@@ -177,7 +179,7 @@ void pad_bias(const T* bias, int64_t K, int64_t length, T* dst) {
 constexpr int64_t kGroup = 8;
 
 template <typename T>
-void forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
+bool forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
                       const at::Tensor& weight, const T* bias, int64_t pad,
                       at::Tensor& y) {
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
@@ -207,6 +209,7 @@ void forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
   const int64_t m_size = 16 * kGroup * B;
   const int64_t out_size = 2 * 2 * kGroup * B;
   T* out = y.mutable_data_ptr<T>();
+  std::atomic<bool> finite{true};
   parallel_items<T>(N * band.count, band_size + v_size + m_size + out_size,
                     [&](T* rows_in, int64_t item) {
     T* v = rows_in + band_size;
@@ -253,8 +256,10 @@ void forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
                           products + (4 * xi + nu) * kGroup * B);
             }
           }
-          kern.winograd_output(products, kGroup * B, group, B, init + k0,
-                               rows_out, 2 * kGroup * B);
+          if (!kern.winograd_output(products, kGroup * B, group, B,
+                                    init + k0, rows_out, 2 * kGroup * B)) {
+            finite.store(false, std::memory_order_relaxed);
+          }
           for (const auto dp : c10::irange(std::min<int64_t>(2, P - p))) {
             kern.transpose(rows_out + dp * 2 * kGroup * B, B, width, kn,
                            y_tile + dp * Q, P * Q);
@@ -264,14 +269,18 @@ void forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
       }
     }
   });
+  return finite.load();
 }
 
 template <typename T>
 void forward(const at::Tensor& x, const at::Tensor& weight, const T* bias,
              int64_t pad, at::Tensor& y) {
   const auto& kern = cpu::kernels<T>(cpu::cpu_isa());
-  if (kern.winograd_input != nullptr) {
-    forward_winograd(kern, x, weight, bias, pad, y);
+  // Winograd's transforms make NaN of an Inf that the sums of products keep
+  // (Inf - Inf), and read input past the 11x11 windows: outputs that come
+  // out non-finite are computed again directly, with F.conv2d's products.
+  if (kern.winograd_input != nullptr &&
+      forward_winograd(kern, x, weight, bias, pad, y)) {
     return;
   }
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
@@ -329,9 +338,30 @@ void forward(const at::Tensor& x, const at::Tensor& weight, const T* bias,
   });
 }
 
+// Whether p[0, n) are all finite: x * 0 is 0 for finite x and NaN otherwise,
+// summed in lanes the compiler vectorises.
 template <typename T>
-void input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t pad,
-                at::Tensor& dx) {
+bool all_finite(const T* p, int64_t n) {
+  T sum[8] = {};
+  for (; n >= 8; n -= 8, p += 8) {
+    for (const auto l : c10::irange(8)) {
+      sum[l] += p[l] * T(0);
+    }
+  }
+  for (const auto l : c10::irange(n)) {
+    sum[l] += p[l] * T(0);
+  }
+  T total = 0;
+  for (const auto s : sum) {
+    total += s;
+  }
+  return total == 0;
+}
+
+// Returns whether all the gradient is finite.
+template <typename T>
+bool input_grad_s2d(const at::Tensor& dy, const at::Tensor& weight,
+                    int64_t pad, at::Tensor& dx) {
   const auto& kern = cpu::kernels<T>(cpu::cpu_isa());
   const int64_t N = dx.size(0), C = dx.size(1), H = dx.size(2), W = dx.size(3);
   const int64_t K = dy.size(1), P = dy.size(2), Q = dy.size(3);
@@ -353,6 +383,7 @@ void input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t pad,
   const int64_t pitch = J + 2;
   const int64_t band_size = K * (band.max_rows() + 2) * pitch;
   T* out = dx.mutable_data_ptr<T>();
+  std::atomic<bool> finite{true};
   parallel_items<T>(N * band.count, band_size + tiles.m[0] * B,
                     [&](T* rows_dy, int64_t item) {
     T* tile = rows_dy + band_size;
@@ -367,6 +398,9 @@ void input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t pad,
                         int64_t first, int64_t m) {
         fn(rows_dy, offsets, (rows + 2) * pitch, pitch, K, 3,
            wp + kb * K * 9 * B, zero, tile);
+        if (!all_finite(tile, m * B)) {
+          finite.store(false, std::memory_order_relaxed);
+        }
         // lanes 4g .. 4g + 3 are the column phases of channel g / 4 at row
         // phase g % 4: four neighbours in an input row
         for (const auto mm : c10::irange(m)) {
@@ -394,6 +428,82 @@ void input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t pad,
       });
     }
   });
+  return finite.load();
+}
+
+// dx += the terms of F.conv2d's input gradient that pair a non-finite
+// grad_output or weight element with the other operand, each pair once.
+template <typename T>
+void add_nonfinite_terms(const at::Tensor& dy, const at::Tensor& weight,
+                         int64_t pad, at::Tensor& dx) {
+  const int64_t N = dx.size(0), C = dx.size(1), H = dx.size(2), W = dx.size(3);
+  const int64_t K = dy.size(1), P = dy.size(2), Q = dy.size(3);
+  const auto g = dy.accessor<T, 4>();
+  const auto w = weight.accessor<T, 4>();
+  auto out = dx.accessor<T, 4>();
+  // term(n, k, p, q, c, r, s) adds w[k][c][r][s] * g[n][k][p][q] where the
+  // tap lands in the image
+  const auto term = [&](int64_t n, int64_t k, int64_t p, int64_t q, int64_t c,
+                        int64_t r, int64_t s) {
+    const int64_t h = kStride * p + r - pad, col = kStride * q + s - pad;
+    if (h >= 0 && h < H && col >= 0 && col < W) {
+      out[n][c][h][col] += w[k][c][r][s] * g[n][k][p][q];
+    }
+  };
+  for (const auto n : c10::irange(N)) {
+    for (const auto k : c10::irange(K)) {
+      for (const auto p : c10::irange(P)) {
+        for (const auto q : c10::irange(Q)) {
+          if (std::isfinite(g[n][k][p][q])) {
+            continue;
+          }
+          for (const auto c : c10::irange(C)) {
+            for (const auto r : c10::irange(kKernelSize)) {
+              for (const auto s : c10::irange(kKernelSize)) {
+                term(n, k, p, q, c, r, s);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  for (const auto k : c10::irange(K)) {
+    for (const auto c : c10::irange(C)) {
+      for (const auto r : c10::irange(kKernelSize)) {
+        for (const auto s : c10::irange(kKernelSize)) {
+          if (std::isfinite(w[k][c][r][s])) {
+            continue;
+          }
+          for (const auto n : c10::irange(N)) {
+            for (const auto p : c10::irange(P)) {
+              for (const auto q : c10::irange(Q)) {
+                if (std::isfinite(g[n][k][p][q])) {
+                  term(n, k, p, q, c, r, s);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The space-to-depth view multiplies the taps past the 11x11 kernel (zero
+// weights) by grad_output too, which makes NaN of an Inf that F.conv2d never
+// multiplies: when the gradient comes out non-finite, it is computed again
+// without the non-finite grad_output and weight elements, and their terms are
+// added one by one.
+template <typename T>
+void input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t pad,
+                at::Tensor& dx) {
+  if (input_grad_s2d<T>(dy, weight, pad, dx)) {
+    return;
+  }
+  input_grad_s2d<T>(at::nan_to_num(dy, 0, 0, 0),
+                    at::nan_to_num(weight, 0, 0, 0).contiguous(), pad, dx);
+  add_nonfinite_terms<T>(dy, weight, pad, dx);
 }
 
 // The weight gradient's reduction over pixels: the N x R rows of the batch
@@ -445,7 +555,7 @@ void sum_over_slices(int64_t N, int64_t R, int64_t max_rows,
 // phases x S = 4 column phases x blocks of output channels), G^T . G once
 // at the end.
 template <typename T>
-void weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
+bool weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
                           const at::Tensor& x, int64_t pad, T* grad_weight,
                           T* grad_bias) {
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
@@ -462,6 +572,7 @@ void weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
   // transformed input [xi][tile][c][a][nu][b], grad_output [kb][xi nu][tile]
   const int64_t v_stride = max_rows * J * C * 64;
   const int64_t d_plane = max_rows * J * B;
+  std::atomic<bool> finite{true};
   sum_over_slices<T>(
       N, I, max_rows, s_size + blocks * B,
       band_size + dyt_size + 4 * v_stride + 16 * blocks * d_plane,
@@ -543,20 +654,25 @@ void weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
                   if (r < kKernelSize && s_ < kKernelSize) {
                     gw[r * kKernelSize + s_] = T(taps[u]);
                   }
+                  if (!std::isfinite(taps[u])) {
+                    finite.store(false, std::memory_order_relaxed);
+                  }
                 }
               }
             }
           }
         }
       });
+  return finite.load();
 }
 
 template <typename T>
 void weight_grad(const at::Tensor& dy, const at::Tensor& x, int64_t pad,
                  T* grad_weight, T* grad_bias) {
   const auto& kern = cpu::kernels<T>(cpu::cpu_isa());
-  if (kern.winograd_grad != nullptr) {
-    weight_grad_winograd(kern, dy, x, pad, grad_weight, grad_bias);
+  // as the forward: non-finite results are computed again directly
+  if (kern.winograd_grad != nullptr &&
+      weight_grad_winograd(kern, dy, x, pad, grad_weight, grad_bias)) {
     return;
   }
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);

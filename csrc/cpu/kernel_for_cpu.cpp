@@ -1,7 +1,12 @@
-// alexop::_kernel_for on the CPU: each op has one kernel there, a GEMM over
-// the unfolded input (conv11s4_cpu.cpp).
+// alexop::_kernel_for on the CPU: the kernels conv11s4_cpu.cpp runs, read
+// from the same tables: Winograd where the instruction set has it for the
+// dtype (float16 and bfloat16 run in float32), else direct, and the input
+// gradient by space-to-depth; each named with the instruction set. "none"
+// where the result is empty. Where a Winograd result comes out non-finite,
+// the direct kernel computes it again; the name is the first choice's.
 
 #include "../conv11s4.h"
+#include "kernels.h"
 
 #include <torch/library.h>
 
@@ -11,9 +16,21 @@
 namespace alexop {
 namespace {
 
+template <typename T>
+std::vector<std::string> names(cpu::Isa isa) {
+  const auto& k = cpu::kernels<T>(isa);
+  const std::string suffix = cpu::isa_name(isa);
+  return {std::string("cpu_fwd_") + (k.winograd_input ? "winograd_" : "direct_") + suffix,
+          std::string("cpu_wgrad_") + (k.winograd_grad ? "winograd_" : "direct_") + suffix,
+          "cpu_dgrad_s2d_" + suffix};
+}
+
 std::vector<std::string> kernel_for_cpu(const at::Tensor& input, const at::Tensor& weight, int64_t padding) {
-  check_conv11s4(input, weight, std::nullopt, padding);
-  return {"cpu_gemm", "cpu_gemm", "cpu_gemm"};
+  const auto size = check_conv11s4(input, weight, std::nullopt, padding);
+  if (size[0].expect_int() == 0) {
+    return {"none", "none", "none"};
+  }
+  return input.scalar_type() == at::kDouble ? names<double>(cpu::cpu_isa()) : names<float>(cpu::cpu_isa());
 }
 
 }  // namespace

@@ -16,6 +16,9 @@ enum class Isa { kDefault, kAvx2, kAvx512 };
 // tests can force the portable kernels.
 Isa cpu_isa();
 
+// "default", "avx2" or "avx512", as ALEXOP_CPU_CAPABILITY names them.
+const char* isa_name(Isa isa);
+
 // Row convolution, the forward's and input gradient's inner product:
 //   out[m][j] = init[j] + sum over c < nchan, r < nrows, s < S of
 //               w[((c * nrows + r) * S + s) * B + j]
@@ -80,9 +83,9 @@ using WinogradGradInputFn = void (*)(const T* g0, const T* g1, int64_t Q,
 
 // And back: for tiles t < n and lanes j < B, with m[(4 xi + nu) * plane +
 // t * B + j] the transformed products, out[dp * row_stride + (2t + dq) * B +
-// j] = bias[j] + (A^T m A)[dp][dq].
+// j] = bias[j] + (A^T m A)[dp][dq]. Returns whether all are finite.
 template <typename T>
-using WinogradOutputFn = void (*)(const T* m, int64_t plane, int64_t n,
+using WinogradOutputFn = bool (*)(const T* m, int64_t plane, int64_t n,
                                   int64_t B, const T* bias, T* out,
                                   int64_t row_stride);
 

@@ -65,6 +65,12 @@ const Kernels<T>& kernels_default() {
 
 namespace {
 
+const struct {
+  const char* name;
+  Isa isa;
+} kIsaNames[] = {{"default", Isa::kDefault}, {"avx2", Isa::kAvx2},
+                 {"avx512", Isa::kAvx512}};
+
 Isa detect() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
@@ -88,12 +94,7 @@ Isa cpu_isa() {
   if (env == nullptr || *env == '\0') {
     return best;
   }
-  const struct {
-    const char* name;
-    Isa isa;
-  } names[] = {{"default", Isa::kDefault}, {"avx2", Isa::kAvx2},
-               {"avx512", Isa::kAvx512}};
-  for (const auto& n : names) {
+  for (const auto& n : kIsaNames) {
     if (std::strcmp(env, n.name) == 0) {
       return n.isa < best ? n.isa : best;
     }
@@ -102,6 +103,15 @@ Isa cpu_isa() {
       false, "ALEXOP_CPU_CAPABILITY=", env,
       " is not an instruction set alexop knows; use default, avx2 or avx512 ",
       "(a set this CPU lacks falls back to the best one it has)");
+}
+
+const char* isa_name(Isa isa) {
+  for (const auto& n : kIsaNames) {
+    if (n.isa == isa) {
+      return n.name;
+    }
+  }
+  return "unknown";
 }
 
 template <typename T>

@@ -184,12 +184,14 @@ ALEXOP_TARGET void transpose_blocks(const typename V::T* src, int64_t lds,
 }
 
 template <class V>
-ALEXOP_TARGET void winograd_output(const typename V::T* m, int64_t plane,
+ALEXOP_TARGET bool winograd_output(const typename V::T* m, int64_t plane,
                                    int64_t n, int64_t B,
                                    const typename V::T* bias,
                                    typename V::T* out, int64_t row_stride) {
   using Reg = typename V::Reg;
   constexpr int L = V::kLanes;
+  // y - y is 0 for finite y and NaN otherwise; NaN survives the sum
+  Reg check = V::zero();
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t j = 0; j < B; j += L) {
       // A^T = [1 1 1 0; 0 1 -1 -1], rows first
@@ -203,14 +205,27 @@ ALEXOP_TARGET void winograd_output(const typename V::T* m, int64_t plane,
         r1[nu] = V::sub(V::sub(m1, m2), m3);
       }
       const Reg b = V::load(bias + j);
+      const Reg y[4] = {
+          V::add(V::add(V::add(r0[0], r0[1]), r0[2]), b),
+          V::add(V::sub(V::sub(r0[1], r0[2]), r0[3]), b),
+          V::add(V::add(V::add(r1[0], r1[1]), r1[2]), b),
+          V::add(V::sub(V::sub(r1[1], r1[2]), r1[3]), b)};
       auto* o = out + 2 * t * B + j;
-      V::store(o, V::add(V::add(V::add(r0[0], r0[1]), r0[2]), b));
-      V::store(o + B, V::add(V::sub(V::sub(r0[1], r0[2]), r0[3]), b));
-      V::store(o + row_stride, V::add(V::add(V::add(r1[0], r1[1]), r1[2]), b));
-      V::store(o + row_stride + B,
-               V::add(V::sub(V::sub(r1[1], r1[2]), r1[3]), b));
+      ALEXOP_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        V::store(o + i / 2 * row_stride + i % 2 * B, y[i]);
+        check = V::add(check, V::sub(y[i], y[i]));
+      }
     }
   }
+  typename V::T lanes[L];
+  V::store(lanes, check);
+  for (const auto x : lanes) {
+    if (x != x) {
+      return false;
+    }
+  }
+  return true;
 }
 
 template <class V>
