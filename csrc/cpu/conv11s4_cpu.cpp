@@ -237,13 +237,15 @@ bool forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
                               v_stride);
         }
         const int64_t p = 2 * (i0 + i), q = 2 * j0;
+        const int64_t height_out = std::min<int64_t>(2, P - p);
         const int64_t width = std::min(2 * group, Q - q);
         for (const auto kb : c10::irange(blocks)) {
           const int64_t k0 = kb * B, kn = std::min(B, K - k0);
           T* y_tile = out + ((n * K + k0) * P + p) * Q + q;
           // the output lines are fetched while the products compute
           for (const auto j : c10::irange(kn)) {
-            for (const T* row = y_tile + j * P * Q; row < y_tile + j * P * Q + 2 * Q; row += Q) {
+            for (const auto dp : c10::irange(height_out)) {
+              const T* row = y_tile + j * P * Q + dp * Q;
               __builtin_prefetch(row, 1);
               __builtin_prefetch(row + width - 1, 1);
             }
@@ -260,7 +262,7 @@ bool forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
                                     init + k0, rows_out, 2 * kGroup * B)) {
             finite.store(false, std::memory_order_relaxed);
           }
-          for (const auto dp : c10::irange(std::min<int64_t>(2, P - p))) {
+          for (const auto dp : c10::irange(height_out)) {
             kern.transpose(rows_out + dp * 2 * kGroup * B, B, width, kn,
                            y_tile + dp * Q, P * Q);
           }
