@@ -22,7 +22,7 @@ step whose host time exceeds its GPU time is bound by the host.
 On the CPU each case (batch, dtype, thread count, step) times alexop with NCHW
 and with channels_last input and ATen's convolution (oneDNN for float32) with
 NCHW and with channels_last input and weight, interleaved call by call
-(A/B/C/D, A/B/C/D, ...) so a machine shared with other work slows all alike;
+(A/B/C/D, B/C/D/A, ...) so a machine shared with other work slows all alike;
 "ratio" is the faster ATen layout's median over alexop's (above 1: alexop is
 faster). Defaults: batches 1 8 32, float32 and float64, this machine's core
 count and 1 thread:
@@ -210,16 +210,23 @@ def cpu_variants(data_nchw, data_nhwc):
 
 
 def time_interleaved(fns, warmup, reps):
-    """Median wall ms of each (fn, data), called in turn, one call each per round."""
+    """Median wall ms of each (fn, data), one call each per round, the order rotated every round
+    so interference that comes and goes with a period does not fall on one of them. reps=None:
+    as many rounds as fit ~10 s, 7 to 21."""
     for fn, data in fns:
         for i in range(warmup):
             fn(*data[i % len(data)])
     times = [[] for _ in fns]
-    for i in range(reps):
-        for (fn, data), t in zip(fns, times):
-            start = time.perf_counter()
+    i = 0
+    start = time.perf_counter()
+    while i < (reps or 21) and (reps or i < 7 or time.perf_counter() - start < 10):
+        for j in range(len(fns)):
+            k = (i + j) % len(fns)
+            fn, data = fns[k]
+            t0 = time.perf_counter()
             fn(*data[i % len(data)])
-            t.append((time.perf_counter() - start) * 1e3)
+            times[k].append((time.perf_counter() - t0) * 1e3)
+        i += 1
     return [statistics.median(t) for t in times]
 
 
@@ -234,7 +241,7 @@ def run_cpu(args, env):
         data = make_data(n, c_out, dtype, torch.device("cpu"), False, sets=1, seed=n)
         data_nhwc = [(x.to(memory_format=torch.channels_last), w, b, dy) for x, w, b, dy in data]
         impls = [(label, step_fn(conv, step), d) for label, conv, d in cpu_variants(data, data_nhwc)]
-        times = time_interleaved([(fn, d) for _, fn, d in impls], args.warmup, args.reps or 11)
+        times = time_interleaved([(fn, d) for _, fn, d in impls], args.warmup, args.reps)
         best = min(ms for (label, _, _), ms in zip(impls, times) if label.startswith("ATen"))
         for (label, fn, d), ms in zip(impls, times):
             rows.append({**env, "batch": n, "c_out": c_out, "dtype": str(dtype).removeprefix("torch."),
@@ -300,7 +307,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+")
     parser.add_argument("--c-out", type=int, nargs="+", default=[96])
     parser.add_argument("--steps", nargs="+", default=STEPS, choices=STEPS)
-    parser.add_argument("--reps", type=int, help="timed repetitions (default 30 on the GPU, 11 on the CPU)")
+    parser.add_argument("--reps", type=int, help="timed repetitions (default 30 on the GPU; on the CPU 7 to 21, ~10 s a case)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="fewer baselines; batch 256 unless --batches")
     parser.add_argument("--threads", type=int, nargs="+", default=sorted({os.cpu_count() or 1, 1}, reverse=True),
