@@ -75,7 +75,7 @@ def kernel_for(input: Tensor, weight: Tensor, padding: int = 2) -> dict[str, str
     Returns:
         ``{"forward": ..., "weight_grad": ..., "input_grad": ...}``, e.g.
         ``"fwd_planes_bf16_c96"``, ``"wgrad_gmma_3xfp16_c96_vec"``,
-        ``"dgrad_cublas_fold"`` on CUDA, ``"cpu_gemm"`` on the CPU;
+        ``"fwd_cudnn"`` on CUDA, ``"cpu_fwd_winograd_avx512"`` on the CPU;
         ``"none"`` where an empty result needs no kernel.
     """
     forward, weight_grad, input_grad = torch.ops.alexop._kernel_for(input, weight, padding)
