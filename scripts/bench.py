@@ -18,6 +18,8 @@ step whose host time exceeds its GPU time is bound by the host.
     python scripts/bench.py                       # CUDA if present, else CPU
     python scripts/bench.py --quick               # headline rows only
     python scripts/bench.py --device cpu --batches 8 32
+    python scripts/bench.py --shapes              # every op over a grid of shapes (bench_shapes.py)
+    python scripts/bench.py --quick --doc h200    # also into docs/benchmarks.md, section "h200"
 
 On the CPU each case (batch, dtype, thread count, step) times alexop with NCHW
 and with channels_last input and ATen's convolution (oneDNN for float32) with
@@ -301,7 +303,29 @@ def plot(rows, path):
     fig.savefig(path, dpi=120)
 
 
+DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+
+
+def write_doc_section(name: str, lines: list[str], command: str) -> None:
+    """Puts a table into docs/benchmarks.md between <!-- bench:name --> markers, replacing that section's
+    previous table (or appending a new section): the doc holds the latest run of each benchmark."""
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    block = "\n".join([start, f"`{command}`", "", *lines, end])
+    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    if start in text and end in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    DOC.write_text(text)
+    print(f"wrote section {name!r} of {DOC}")
+
+
 def main() -> None:
+    if "--shapes" in sys.argv:
+        import bench_shapes  # the grid of shapes (issue 27) has its own options
+
+        argv = [a for a in sys.argv[1:] if a != "--shapes"]
+        return bench_shapes.main(argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batches", type=int, nargs="+")
@@ -315,7 +339,10 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"], choices=["float32", "float64"],
                         help="CPU only")
     parser.add_argument("--out", default="bench_results")
+    parser.add_argument("--doc", metavar="SECTION", help="also write the table into docs/benchmarks.md, section SECTION")
+    parser.add_argument("--shapes", action="store_true", help="the grid of shapes instead (bench_shapes.py --help)")
     args = parser.parse_args()
+    command = "python scripts/bench.py " + " ".join(a for a in sys.argv[1:] if not a.startswith("--doc") and a != args.doc)
     device = torch.device(args.device)
     env = {
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
@@ -330,6 +357,8 @@ def main() -> None:
         lines = cpu_table(rows, env)
         (out / "bench.md").write_text("\n".join(lines) + "\n")
         print("\n" + "\n".join(lines))
+        if args.doc:
+            write_doc_section(args.doc, lines, command)
         return
     batches = args.batches or [1, 32, 128, 256, 512]
     if args.quick and not args.batches:
@@ -355,6 +384,8 @@ def main() -> None:
     lines += [f"| {r['batch']} | {r['c_out']} | {r['dtype']} | {r['step']} | {r['impl']} | {r['ms']:.3f} "
               f"| {r['host_ms']:.3f} | {r['rel_l2']:.1e} |" for r in rows]
     (out / "bench.md").write_text("\n".join(lines) + "\n")
+    if args.doc:
+        write_doc_section(args.doc, lines, command)
     print(f"\n{header}")
     print(f"{'N':>4} {'K':>3} {'dtype':<9} {'step':<15} {'implementation':<40} {'ms':>8} {'host ms':>8} {'rel L2':>9}")
     for r in rows:

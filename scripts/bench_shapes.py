@@ -15,7 +15,7 @@ with the relative L2 error against float64 beside each, and alexop's kernel
 choice (alexop.kernel_for). Writes <out>/shapes.json, shapes.md (the worst
 cases first) and shapes.png (speedup over the grid, if matplotlib is there).
 
-    python scripts/bench.py --shapes [--budget-s 540] [--mode ops|steps]
+    python scripts/bench.py --shapes [--budget-s 540] [--mode ops|steps] [--doc SECTION]
 """
 
 import argparse
@@ -203,7 +203,18 @@ def write(rows, out, env, what):
                      f"{r['cudnn_nhwc_ms']:.3f} | {r['speedup']:.2f}x | {err} | {kern} |")
     (out / "shapes.md").write_text("\n".join(lines) + "\n")
     plot(rows, out / "shapes.png")
-    print("\n".join(lines[:40]))
+    summary = ["| mode | " + ("op" if what == "ops" else "step") + " | cases | slower than cuDNN (> 5%) "
+               "| below the first-layer target | min speedup | median speedup |", "|---|---|---|---|---|---|---|"]
+    for mode in MODES:
+        for item in OPS + STEPS:
+            sel = sorted(r["speedup"] for r in rows if r["mode"] == mode and r["item"] == item)
+            if sel:
+                miss = sum(r["speedup"] < first_layer_target(r) for r in rows if r["mode"] == mode and r["item"] == item)
+                summary.append(f"| {mode} | {item} | {len(sel)} | {sum(v < 0.95 for v in sel)} | {miss} "
+                               f"| {sel[0]:.2f}x | {sel[len(sel) // 2]:.2f}x |")
+    doc = [lines[0], "", *summary, "", "The 30 cases with the lowest speedup:", "", *lines[2:34]]
+    print("\n".join(doc))
+    return doc
 
 
 def plot(rows, path):
@@ -241,6 +252,7 @@ def main(argv=None):
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench_results")
+    parser.add_argument("--doc", metavar="SECTION", help="also write the table into docs/benchmarks.md")
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     env = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__,
@@ -262,7 +274,12 @@ def main(argv=None):
         print(f"\r{done} shapes, {len(rows)} rows, {time.perf_counter() - start:.0f} s", end="", file=sys.stderr,
               flush=True)
     print(file=sys.stderr)
-    write(rows, Path(args.out), env, args.mode)
+    lines = write(rows, Path(args.out), env, args.mode)
+    if args.doc:
+        from bench import write_doc_section
+
+        argv = [a for a in (argv if argv is not None else sys.argv[1:]) if a != args.doc and a != "--doc"]
+        write_doc_section(args.doc, lines, "python scripts/bench.py --shapes " + " ".join(argv))
 
 
 if __name__ == "__main__":
