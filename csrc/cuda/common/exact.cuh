@@ -62,6 +62,62 @@ __device__ __noinline__ float forward(const T* x, int64_t sN, int sC, int sH, in
   return (float)acc;
 }
 
+// What the weight gradient's reductions recompute from: dy (N, K, P, Q)
+// contiguous and x as the kernel read it.
+struct WgradOperands {
+  const void* dy;
+  const void* x;
+  Strides sx;
+  int N, K, H, W, P, Q, pad;
+};
+// The operands of tensors dy and x (any tensor type with ATen's accessors).
+template <typename Tensor>
+WgradOperands wgrad_operands(const Tensor& dy, const Tensor& x, int pad) {
+  return {dy.data_ptr(), x.data_ptr(), {x.stride(0), x.stride(1), x.stride(2), x.stride(3)}, (int)x.size(0),
+          (int)dy.size(1), (int)x.size(2), (int)x.size(3), (int)dy.size(2), (int)dy.size(3), pad};
+}
+
+// Writes the weight gradient (k, tap = (c, r, s)), or for tap = 363 the
+// bias gradient of channel k, to *out: a sum over every output pixel (n, p,
+// q), padded pixels as zeros. N * P * Q terms a result: slow, but reached
+// only where an operand is Inf or NaN. It stores the result itself, so that
+// no value of the caller lives across the call.
+template <typename T>
+__device__ __noinline__ void weight_grad(const WgradOperands o, int k, int tap, T* out) {
+  const T* dy = static_cast<const T*>(o.dy);
+  const T* x = static_cast<const T*>(o.x);
+  const bool bias = tap == kKred;
+  const int c = tap / (kR * kR), r = tap / kR % kR, s = tap % kR;
+  double acc = 0.0;
+#pragma unroll 1
+  for (int n = 0; n < o.N; ++n) {
+    const T* dyk = dy + ((int64_t)n * o.K + k) * o.P * o.Q;
+    const T* xc = x + n * o.sx.n + c * o.sx.c;
+#pragma unroll 1
+    for (int p = 0; p < o.P; ++p) {
+      const int h = 4 * p + r - o.pad;
+      for (int q = 0; q < o.Q; ++q) {
+        const int col = 4 * q + s - o.pad;
+        const bool in = h >= 0 && h < o.H && col >= 0 && col < o.W;
+        const double d = dbl(dyk[p * o.Q + q]);
+        acc += bias ? d : d * (in ? dbl(xc[h * o.sx.h + col * o.sx.w]) : 0.0);
+      }
+    }
+  }
+  *out = from_f<T>((float)acc);
+}
+
+// *out = a weight-gradient reduction's sum for (k, tap), recomputed where it
+// came out NaN.
+template <typename T>
+__device__ __forceinline__ void store_wgrad(float sum, const WgradOperands& o, int k, int tap, T* out) {
+  if (__builtin_expect(sum != sum, 0)) {
+    weight_grad(o, k, tap, out);
+  } else {
+    *out = from_f<T>(sum);
+  }
+}
+
 // Replaces the NaN values of v[0..N) by exact(i), i the value's index (exact
 // may return v[i] itself for a value that is dropped). The hot path is one
 // test of all N (two values per compare) and a branch; the cold path copies
