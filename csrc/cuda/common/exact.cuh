@@ -62,6 +62,30 @@ __device__ __noinline__ float forward(const T* x, int64_t sN, int sC, int sH, in
   return (float)acc;
 }
 
+// Input gradient (n, c, h, x) from dy (N, K, P, Q) contiguous and the
+// weights: the taps whose output pixel ((h + pad - r) / 4, (x + pad - s) /
+// 4) exists.
+template <typename T>
+__device__ __noinline__ float input_grad(const T* dy, int K, int P, int Q, const T* w, int pad, int n, int c, int h,
+                                         int x) {
+  const int hp = h + pad, xp = x + pad;
+  double acc = 0.0;
+#pragma unroll 1
+  for (int k = 0; k < K; ++k) {
+    const T* dyk = dy + ((int64_t)n * K + k) * P * Q;
+    const T* wk = w + ((int64_t)k * kC + c) * kR * kR;
+    for (int r = hp % 4; r < kR && r <= hp; r += 4) {
+      const int p = (hp - r) / 4;
+      if (p >= P) continue;
+      for (int s = xp % 4; s < kR && s <= xp; s += 4) {
+        const int q = (xp - s) / 4;
+        if (q < Q) acc += dbl(dyk[p * Q + q]) * dbl(wk[r * kR + s]);
+      }
+    }
+  }
+  return (float)acc;
+}
+
 // What the weight gradient's reductions recompute from: dy (N, K, P, Q)
 // contiguous and x as the kernel read it.
 struct WgradOperands {
