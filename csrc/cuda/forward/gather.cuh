@@ -14,10 +14,12 @@
 // k -> c*cstr + r*rstr + s*sstr offset table: no im2col buffer anywhere.
 // The patch keeps the input's layout (NCHW or channels_last), so each input
 // row is one contiguous cp.async copy; only the strides in the table differ.
-// Padded reduction slots read finite patch words against zero weights, so an
-// Inf/NaN input can reach outputs whose window excludes it.
+// Padded reduction slots read patch words against zero weights, so an Inf
+// input can make NaN of outputs whose window excludes it: the epilogues
+// recompute NaN outputs exactly (exact_output).
 
 #include "../common/constants.h"
+#include "../common/exact.cuh"
 #include "../common/precision.h"
 #include "../common/ptx.cuh"
 
@@ -70,6 +72,9 @@ struct Params {
   // space-to-depth patch (PW is its row length in blocks, CS the bytes of
   // one whole patch buffer)
   int gs;
+  // exact_output: the weights as given (K, 3, 11, 11) and x's element strides
+  const void* w;
+  exact::Strides xs;
 };
 
 // k steps of the padded reduction (k16 for 16-bit operands and bf16x3 /
@@ -110,6 +115,15 @@ __device__ __forceinline__ float weight_at(const T* __restrict__ w, int K, int k
     return (row < kC * kR && s < kR && n < K) ? to_f(w[(size_t)n * kKred + row * kR + s]) : 0.f;
   }
   return (k < kKred && n < K) ? to_f(w[(size_t)n * kKred + k]) : 0.f;
+}
+
+// Output (image n, channel k, pixel m) without the bias, recomputed from x
+// and the weights (common/exact.cuh): for outputs that came out NaN.
+template <typename T>
+__device__ __forceinline__ float exact_output(const Params& p, int n, int k, int m) {
+  const int pp = m / p.Q;
+  return exact::forward(static_cast<const T*>(p.x), p.xs.n, (int)p.xs.c, (int)p.xs.h, (int)p.xs.w, p.H, p.W,
+                        static_cast<const T*>(p.w), p.pad, n, k, pp, m - pp * p.Q);
 }
 
 struct TileGeom {

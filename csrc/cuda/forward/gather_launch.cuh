@@ -18,7 +18,7 @@
 namespace alexop::cuda::forward::gather {
 
 // A kernel's Params: the problem, its tiling and the operands (input,
-// prepared weights, bias or null, output).
+// prepared and raw weights, bias or null, output).
 inline Params make_params(const Problem& pr, const TilePlan& t, const Args& a, const at::Tensor& wbuf) {
   Params p{};
   p.x = a.input.data_ptr();
@@ -42,6 +42,8 @@ inline Params make_params(const Problem& pr, const TilePlan& t, const Args& a, c
   p.stage = t.stage;
   p.ls = t.ls;
   p.gs = t.gs;
+  p.w = a.weight.data_ptr();
+  p.xs = exact::dense(p.H, p.W, pr.nhwc);
   return p;
 }
 

@@ -247,6 +247,7 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
 #pragma unroll
         for (int i = 0; i < NACC; ++i) acc[i] = acc[i] * unscale1 * unscale2;
       }
+      fix_nan_d<T, NT8>(p, acc, tg, kg0, mrow, t);
     }
 
     if constexpr (STAGED) {

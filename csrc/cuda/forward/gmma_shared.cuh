@@ -67,6 +67,16 @@ __global__ void prep_weights_gmma_kernel(const T* __restrict__ w, int K, uint4* 
   if constexpr (split_b<MODE>()) out[BLOCK + idx] = make_uint4(small[0], small[1], small[2], small[3]);
 }
 
+// The NaN values of a thread's wgmma accumulators (NT8 n8 tiles: acc[4j + 2h
+// + e] is pixel mrow + 8h, channel kg0 + 8j + 2t + e) recomputed exactly.
+template <typename T, int NT8>
+__device__ __forceinline__ void fix_nan_d(const Params& p, float* acc, const TileGeom& tg, int kg0, int mrow, int t) {
+  exact::fix_nan<NT8 * 4>(acc, [&](int i, float v) {
+    const int ch = kg0 + 8 * (i >> 2) + 2 * t + (i & 1), m = mrow + 8 * ((i >> 1) & 1);
+    return ch < p.K && m < tg.mend ? exact_output<T>(p, tg.n, ch, m) : v;
+  });
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ uint4 lds128(const void* p) {
   uint4 v;

@@ -318,6 +318,11 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
     if (active) {
       // this CTA's channel group: channels kg0 + [0, NT8 * 8), kg0 + kend at most
       const int kg0 = blockIdx.y * NT8 * 8, kend = p.K - kg0;
+      exact::fix_nan<2 * NTW * 4>(&acc[0][0][0], [&](int i, float v) {
+        const int a = i / (NTW * 4), j = i / 4 % NTW, hh = (i >> 1) & 1, e = i & 1;
+        const int ch = (nh * NTW + j) * 8 + 2 * t + e, m = mj + a * 16 + hh * 8 + g;
+        return ch < kend && m < tg.mend ? exact_output<T>(p, tg.n, kg0 + ch, m) : v;
+      });
       T* y = static_cast<T*>(p.y) + (size_t)kg0 * p.PQ;
 #pragma unroll
       for (int j = 0; j < NTW; ++j) {

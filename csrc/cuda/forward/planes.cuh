@@ -55,9 +55,11 @@
 // be 16-byte aligned.
 //
 // Like the gather kernels, zero-weighted k slots read real input values: an
-// Inf/NaN input can reach outputs whose window excludes it.
+// Inf input can make NaN of outputs whose window excludes it, and the
+// consumers recompute NaN outputs exactly (common/exact.cuh).
 
 #include "../common/constants.h"
+#include "../common/exact.cuh"
 #include "../common/launch.h"
 #include "../common/ptx.cuh"
 #include "../common/wgmma.cuh"
@@ -223,6 +225,7 @@ struct Params {
   int tiles_per_img, total_tiles;
   int vec8;   // float, even padding and width, 8-byte aligned: 8-byte copies
   int units;  // channels_last by unit types: 16-bit always, TF32 with 8-byte copies
+  const T* w;  // the weights as given (K, 3, 11, 11): the exact recomputation reads them
 };
 
 // B for NT channels in wgmma's K-major layout: per k step two blocks (its
@@ -549,6 +552,15 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
     static_for<kLag + 1>([&](auto kc) {
       mbar_arrive_if(s_empty + bar0 + 8 * (L::kPlanes - 1 - kLag + decltype(kc)::value), wtid == 0);
     });
+    // NaN outputs recomputed: acc[4 j + 2 h + e] is flat pixel f = fr + 8 h,
+    // channel 8 j + 2 (lane % 4) + e
+    const int fr = f0 + 64 * wg + 16 * warp + (lane >> 2);
+    exact::fix_nan<NT8 * 4>(acc, [&](int i, float v) {
+      const int f = fr + 8 * ((i >> 1) & 1), pp = f / kQf, q = f - kQf * pp;
+      const int ch = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+      if (q >= p.Q || pp >= p.P || ch >= p.K) return v;
+      return exact::forward(p.x, p.sN, p.sC, p.sY, p.sX, p.H, p.W, p.w, p.pad, n, ch, pp, q);
+    });
     if constexpr (L::kStaged) {
       if (it > 0) mbar_wait(s_sempty, (it - 1) & 1);
       stage_rows<T, NT8>(acc, sbias, stage, kLs, 64 * wg + 16 * warp, lane);
@@ -669,6 +681,7 @@ void launch(const Problem& pr, const Args& a) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   p.x = static_cast<const T*>(a.input.data_ptr());
   p.wb = static_cast<const uint4*>(wbuf.data_ptr());
+  p.w = static_cast<const T*>(a.weight.data_ptr());
   p.bias = a.bias != nullptr ? static_cast<const T*>(a.bias->data_ptr()) : nullptr;
   p.y = static_cast<T*>(a.output.data_ptr());
   allow_max_dynamic_smem(conv11s4_fwd_planes_kernel<T, NT8>);

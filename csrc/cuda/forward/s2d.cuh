@@ -186,6 +186,7 @@ __global__ void __launch_bounds__(kGThreads + kStoreThreads, 1) conv11s4_fwd_s2d
       gmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < NACC; ++i) pin(acc[i]);
+      fix_nan_d<T, NT8>(p, acc, tg, 0, mw + wq * 16 + (lane >> 2), lane & 3);
     }
     while (copy.step(p, lane)) {
     }

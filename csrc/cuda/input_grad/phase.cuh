@@ -32,10 +32,11 @@
 // deterministic.
 //
 // Zero B entries (r or s > 10, padded channels) still multiply finite-or-not
-// dy words: an Inf/NaN in dy can reach dx elements whose window excludes it
-// (same caveat as the forward).
+// dy words: an Inf in dy can make NaN of dx elements whose window excludes
+// it, so the epilogues recompute NaN results exactly (fix_nan_dx).
 
 #include "../common/constants.h"
+#include "../common/exact.cuh"
 #include "../common/precision.h"
 #include "../common/ptx.cuh"
 
@@ -66,6 +67,7 @@ constexpr int kLoadsPerThread = loads_per_thread<kThreads>();  // 2
 struct Params {
   const void* dy;
   const uint4* wfrag;
+  const void* w;  // the weights as given (K, 3, 11, 11): the exact recomputation reads them
   void* dx;
   int N, K, H, W, P, Q, pad;
   int P0s, Q0s, PS, QS;      // first super-pixel row/col and counts
@@ -114,6 +116,31 @@ __device__ __forceinline__ TileGeom tile_geom(const Params& p, int tile) {
   tg.prow0 = p.P0s + tg.prel_lo - 2;
   tg.qcol0 = p.Q0s + tg.qb - 2;
   return tg;
+}
+
+// dx of image n, column col = (c, a, b) of the super-pixel whose phase (0,
+// 0) is dx position (y0, x0), recomputed exactly (common/exact.cuh); v where
+// that element lies outside the image (it is dropped).
+template <typename T>
+__device__ __forceinline__ float exact_dx(const Params& p, int n, int y0, int x0, int col, float v) {
+  const int y = y0 + ((col >> 2) & 3), x = x0 + (col & 3);
+  if (y < 0 || y >= p.H || x < 0 || x >= p.W) return v;
+  return exact::input_grad(static_cast<const T*>(p.dy), p.K, p.P, p.Q, static_cast<const T*>(p.w), p.pad, n, col >> 4,
+                           y, x);
+}
+
+// The NaN values of a thread's accumulators recomputed exactly (the gather
+// kernels' tiling): acc[4 (6 a + nt) + 2 h + e] is tile-local super-pixel
+// ml0 + 16 a + 8 h, column 8 nt + 2 t + e (m16n8 and wgmma D fragments).
+template <typename T, int N>
+__device__ __forceinline__ void fix_nan_dx(const Params& p, const TileGeom& tg, float* acc, int ml0, int t) {
+  exact::fix_nan<N>(acc, [&](int i, float v) {
+    const int ml = ml0 + 16 * (i / (4 * kNT8)) + 8 * ((i >> 1) & 1), mb = tg.m0 + ml;
+    const int prel = mb / p.TQ, qrel = mb - prel * p.TQ;
+    if (ml >= p.MT || mb >= p.PS * p.TQ || tg.qb + qrel >= p.QS) return v;
+    return exact_dx<T>(p, tg.n, 4 * (p.P0s + prel) - p.pad, 4 * (p.Q0s + tg.qb + qrel) - p.pad,
+                       8 * (i / 4 % kNT8) + 2 * t + (i & 1), v);
+  });
 }
 
 // Window cell e = ri * RSW + ci of this thread's u-th load: dy offset

@@ -72,6 +72,7 @@ at::Tensor bind(const Args& a, size_t wbytes, Params& p) {
   p.vec2 = (p.pad % 2 == 0 && p.W % 2 == 0 &&
             (reinterpret_cast<uintptr_t>(gx.data_ptr()) % (2 * gx.element_size())) == 0) ? 1 : 0;
   p.dy = a.grad_output.data_ptr();
+  p.w = a.weight.data_ptr();
   p.dx = gx.data_ptr();
   const at::Tensor wbuf = scratch(a.grad_output, (int64_t)wbytes);
   p.wfrag = static_cast<const uint4*>(wbuf.data_ptr());

@@ -204,21 +204,33 @@ __global__ void __launch_bounds__(kXThreads, 1) conv11s4_dgrad_x3_kernel(const P
 #pragma unroll
   for (int i = 0; i < kGNT8 * 4; ++i) tot[i] = 0.f;
 
-  // dx of tile tl from tot: the cell of this lane's row g + 8 (t & 1) of its
-  // warp's 16, skipped (y0 very negative) where that is a halo cell or past
-  // the end
-  auto epilogue = [&](int tl) {
-    const int cell = tl * kXMT + wg * 64 + wq * 16 + (t & 1) * 8 + g;
+  // The image and the dx position (y0, x0) of phase (0, 0) of output cell
+  // `cell`, y0 very negative where that is a halo cell or past the end
+  struct CellPos {
+    int n, y0, x0;
+  };
+  auto cell_pos = [&](int cell) {
     const int b = cell / p.BLK, rem = cell - b * p.BLK;
     const int rw = rem / p.RSW, cw = rem - rw * p.RSW;
     const int n = b / p.NB, band = b - n * p.NB;
     const int R = rw - 2, Cq = cw - 2;
     const bool valid = cell < p.ncells && R >= 0 && Cq >= 0 && band * p.TQ + Cq < p.QS;
-    float* dxp = static_cast<float*>(p.dx) + (size_t)(valid ? n : 0) * kC * p.H * p.W;
-    const int y0 = valid ? 4 * (p.P0s + R) - p.pad : INT32_MIN / 2;
-    const int x0 = 4 * (p.Q0s + band * p.TQ + Cq) - p.pad;
+    return CellPos{valid ? n : 0, valid ? 4 * (p.P0s + R) - p.pad : INT32_MIN / 2,
+                   4 * (p.Q0s + band * p.TQ + Cq) - p.pad};
+  };
+  // dx of tile tl from tot: the cell of this lane's row g + 8 (t & 1) of its
+  // warp's 16; NaN values recomputed exactly first (tot[4 nt + 2 h + e] is
+  // row g + 8 h, column 8 nt + 2 t + e)
+  auto epilogue = [&](int tl) {
+    const int cell0 = tl * kXMT + wg * 64 + wq * 16 + g;
+    exact::fix_nan<kGNT8 * 4>(tot, [&](int i, float v) {
+      const CellPos c = cell_pos(cell0 + 8 * ((i >> 1) & 1));
+      return exact_dx<float>(p, c.n, c.y0, c.x0, 8 * (i >> 2) + 2 * t + (i & 1), v);
+    });
+    const CellPos c = cell_pos(cell0 + (t & 1) * 8);
+    float* dxp = static_cast<float*>(p.dx) + (size_t)c.n * kC * p.H * p.W;
 #pragma unroll
-    for (int nt = 0; nt < kGNT8; ++nt) store_dx_n8(p, dxp, &tot[4 * nt], nt, t, y0, x0);
+    for (int nt = 0; nt < kGNT8; ++nt) store_dx_n8(p, dxp, &tot[4 * nt], nt, t, c.y0, c.x0);
 #pragma unroll
     for (int i = 0; i < kGNT8 * 4; ++i) tot[i] = 0.f;
   };

@@ -624,7 +624,7 @@ void launch_gmma(const Problem& pr, const Args& a) {
                                           in.stride(2), in.stride(3), (int)pr.K, (int)pr.H, (int)pr.W, (int)pr.P,
                                           (int)pr.Q, (int)pr.pad, sk.nQc, sk.U, sk.S, sk.partials());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  reduce_partials<T>(sk, a.grad_weight, a.grad_bias, stream);
+  reduce_partials<T>(sk, pr, a, stream);
 }
 
 }  // namespace alexop::cuda::weight_grad::ring

@@ -479,7 +479,7 @@ void launch_f32(const Problem& pr, const Args& a) {
                                              (int)pr.Q, (int)pr.pad, sk.nQc, sk.U, sk.S, flush,
                                              sk.partials());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  reduce_partials<float>(sk, a.grad_weight, a.grad_bias, stream);
+  reduce_partials<float>(sk, pr, a, stream);
 }
 
 template <typename T, int MT>
@@ -494,7 +494,7 @@ void launch_pairs(const Problem& pr, const Args& a) {
                                              (int)pr.P, (int)pr.Q, (int)pr.pad, sk.nQc, sk.U, sk.S,
                                              sk.partials());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  reduce_partials<T>(sk, a.grad_weight, a.grad_bias, stream);
+  reduce_partials<T>(sk, pr, a, stream);
 }
 
 template <typename T, int MT>
@@ -510,7 +510,7 @@ void launch_strided(const Problem& pr, const Args& a) {
                                              in.stride(2), in.stride(3), (int)pr.K, (int)pr.H, (int)pr.W, (int)pr.P,
                                              (int)pr.Q, (int)pr.pad, sk.nQc, sk.U, sk.S, sk.partials());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  reduce_partials<T>(sk, a.grad_weight, a.grad_bias, stream);
+  reduce_partials<T>(sk, pr, a, stream);
 }
 
 }  // namespace alexop::cuda::weight_grad::ring

@@ -43,10 +43,11 @@
 // warpgroup at the launch's 168 registers despite setmaxnreg (the third
 // accumulator set spilled).
 // Like the forwards, values of the planes that only dropped taps or pixels
-// read still enter the products: an Inf/NaN input can reach taps whose
-// windows exclude it.
+// read still enter the products: an Inf input can make NaN of taps whose
+// windows exclude it, and the reduction recomputes NaN sums exactly.
 
 #include "../common/constants.h"
+#include "../common/exact.cuh"
 #include "../common/launch.h"
 #include "../common/ptx.cuh"
 #include "../common/wgmma.cuh"
@@ -292,11 +293,14 @@ __device__ __forceinline__ void wgrad_tiles(const Params<T>& p, unsigned char* s
 // lane / 4 + 8 h, column 8 nb + 2 (lane & 3) + e: tap r = 4 R + 2 b + er,
 // s = 4 s4 + ec + e (nb = 6 R + 3 b + c, er = (lane & 3) / 2, ec = 2
 // (lane & 3 & 1)); registers 216 + 2 h + e are the bias sums, the same in
-// every column.
+// every column. A NaN sum is recomputed exactly from the operands o (the
+// bounds keep the sums' registers: the recomputation's call, which would
+// take more, spills).
 constexpr int kReduceWarps = 8;
 template <typename T, int kM>
-__global__ void __launch_bounds__(32 * kReduceWarps) reduce_planes_kernel(const float* __restrict__ ws, int S, int K,
-                                                                       T* __restrict__ gw, T* __restrict__ gb) {
+__global__ void __launch_bounds__(32 * kReduceWarps, 8) reduce_planes_kernel(const float* __restrict__ ws, int S, int K,
+                                                                       T* __restrict__ gw, T* __restrict__ gb,
+                                                                       const exact::WgradOperands o) {
   __shared__ float part[kReduceWarps][32];
   pdl_wait();  // for wgrad_planes_kernel's partials
   constexpr int kPos = 128 * kM;  // threads holding distinct elements
@@ -318,13 +322,14 @@ __global__ void __launch_bounds__(32 * kReduceWarps) reduce_planes_kernel(const 
   const int m = (kM == 2 ? 64 * (tid >> 7) : 0) + 16 * warp + (lane >> 2);
   if (reg >= 216) {
     const int h = (reg - 216) >> 1, e = (reg - 216) & 1, ch = m + 8 * h;
-    if (gb != nullptr && t4 == 0 && e == 0 && ch < K) gb[ch] = from_f<T>(sum);
+    if (gb != nullptr && t4 == 0 && e == 0 && ch < K) exact::store_wgrad(sum, o, ch, kKred, gb + ch);
     return;
   }
   const int s4 = reg / 72, rr = reg % 72, nb = rr >> 2, h = (rr >> 1) & 1, e = rr & 1;
   const int R = nb / kPl, b = nb % kPl / kC, c = nb % kC;
   const int r = 4 * R + 2 * b + (t4 >> 1), sc = 4 * s4 + 2 * (t4 & 1) + e, ch = m + 8 * h;
-  if (r < kR && sc < kR && ch < K) gw[((int64_t)ch * kC + c) * kR * kR + r * kR + sc] = from_f<T>(sum);
+  const int tap = (c * kR + r) * kR + sc;
+  if (r < kR && sc < kR && ch < K) exact::store_wgrad(sum, o, ch, tap, gw + (int64_t)ch * kKred + tap);
 }
 
 template <typename T, int NT8>
@@ -370,7 +375,8 @@ void launch(const Problem& pr, const Args& a) {
   constexpr int kM = NT8 > 8 ? 2 : 1;
   launch_dependent(reduce_planes_kernel<T, kM>, kRegs * 4 * kM, 32 * kReduceWarps, 0, stream, (const float*)p.ws, grid,
                    p.K, static_cast<T*>(a.grad_weight.data_ptr()),
-                   a.grad_bias != nullptr ? static_cast<T*>(a.grad_bias->data_ptr()) : nullptr);
+                   a.grad_bias != nullptr ? static_cast<T*>(a.grad_bias->data_ptr()) : nullptr,
+                   exact::wgrad_operands(go, in, p.pad));
 }
 
 }  // namespace alexop::cuda::weight_grad::planes

@@ -13,6 +13,7 @@
 // rows.
 
 #include "../common/constants.h"
+#include "../common/exact.cuh"
 #include "../common/launch.h"
 #include "../common/precision.h"
 #include "../common/ptx.cuh"
@@ -180,10 +181,12 @@ constexpr int wgrad3_smem_halves() {
   return kAoff3 + 2 * MT * 16 * kLDA3;
 }
 
-// Sums the per-slice partials in slice order (fixed: bitwise reproducible).
+// Sums the per-slice partials in slice order (fixed: bitwise reproducible);
+// a NaN sum is recomputed exactly from the operands o. The bounds keep the
+// sums' registers: the recomputation's call, which would take more, spills.
 template <typename T>
-__global__ void wgrad_reduce_kernel(const float* __restrict__ ws, int S, int K,
-                                    T* __restrict__ gw, T* __restrict__ gb) {
+__global__ void __launch_bounds__(256, 7) wgrad_reduce_kernel(const float* __restrict__ ws, int S, int K,
+                                    T* __restrict__ gw, T* __restrict__ gb, const exact::WgradOperands o) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= K * kNW) return;
   const int k = idx / kNW, n = idx - k * kNW;
@@ -202,9 +205,9 @@ __global__ void wgrad_reduce_kernel(const float* __restrict__ ws, int S, int K,
   }
   for (; s < S; ++s) sum += ws[s * stride + idx];
   if (n < kKred) {
-    gw[(int64_t)k * kKred + n] = static_cast<T>(sum);
+    exact::store_wgrad(sum, o, k, n, gw + (int64_t)k * kKred + n);
   } else if (gb != nullptr) {
-    gb[k] = static_cast<T>(sum);
+    exact::store_wgrad(sum, o, k, n, gb + k);
   }
 }
 
@@ -226,10 +229,13 @@ inline SplitK split_k(const at::Tensor& go, const at::Tensor& in, int qc) {
 }
 // The slices' partials summed in slice order into grad_weight / grad_bias.
 template <typename T>
-void reduce_partials(const SplitK& sk, const at::Tensor& gw, const at::Tensor* gb, cudaStream_t stream) {
+void reduce_partials(const SplitK& sk, const Problem& pr, const Args& a, cudaStream_t stream) {
+  const at::Tensor& gw = a.grad_weight;
+  const at::Tensor* gb = a.grad_bias;
   const int K = (int)gw.size(0), tot = K * kNW;
   wgrad_reduce_kernel<T><<<(tot + 255) / 256, 256, 0, stream>>>(
-      sk.partials(), sk.S, K, gw.data_ptr<T>(), gb != nullptr ? gb->data_ptr<T>() : nullptr);
+      sk.partials(), sk.S, K, gw.data_ptr<T>(), gb != nullptr ? gb->data_ptr<T>() : nullptr,
+      exact::wgrad_operands(a.grad_output, a.input, (int)pr.pad));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
