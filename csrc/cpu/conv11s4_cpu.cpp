@@ -125,12 +125,12 @@ class Scratch {
     thread_local size_t kept_bytes[2] = {0, 0};
     const int slot = static_cast<int>(use);
     if (bytes > kKeptScratch) {
-      own_ = std::make_unique_for_overwrite<std::byte[]>(bytes);
+      own_ = std::unique_ptr<std::byte[]>(new std::byte[bytes]);
       data_ = own_.get();
       return;
     }
     if (bytes > kept_bytes[slot]) {
-      kept[slot] = std::make_unique_for_overwrite<std::byte[]>(bytes);
+      kept[slot] = std::unique_ptr<std::byte[]>(new std::byte[bytes]);
       kept_bytes[slot] = bytes;
     }
     data_ = kept[slot].get();
