@@ -135,10 +135,11 @@ __global__ void __launch_bounds__(kThreads) backward_weight_kernel(
     for (int64_t j = threadIdx.x; j < total; j += kThreads) {
       const int64_t n = j / pq, p = j % pq / s.Q, q = j % s.Q;
       const int64_t h = kStride * p + r - s.pad, col = kStride * q + t - s.pad;
-      if (h >= 0 && h < s.H && col >= 0 && col < s.W) {
-        acc += static_cast<acc_t>(gy[(n * s.K + k) * pq + p * s.Q + q]) *
-            static_cast<acc_t>(x[((n * s.C + c) * s.H + h) * s.W + col]);
-      }
+      // a padded pixel is a zero that float64 F.conv2d multiplies too: an
+      // Inf or NaN dy beside the padding gives NaN there
+      const bool in = h >= 0 && h < s.H && col >= 0 && col < s.W;
+      acc += static_cast<acc_t>(gy[(n * s.K + k) * pq + p * s.Q + q]) *
+          (in ? static_cast<acc_t>(x[((n * s.C + c) * s.H + h) * s.W + col]) : acc_t(0));
     }
   } else {
     const int64_t k = e - weights;
