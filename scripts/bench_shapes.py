@@ -206,7 +206,7 @@ def write(rows, out, env, what):
     summary = ["| mode | " + ("op" if what == "ops" else "step") + " | cases | slower than cuDNN (> 5%) "
                "| below the first-layer target | min speedup | median speedup |", "|---|---|---|---|---|---|---|"]
     for mode in MODES:
-        for item in OPS + STEPS:
+        for item in dict.fromkeys(OPS + STEPS):
             sel = sorted(r["speedup"] for r in rows if r["mode"] == mode and r["item"] == item)
             if sel:
                 miss = sum(r["speedup"] < first_layer_target(r) for r in rows if r["mode"] == mode and r["item"] == item)

@@ -24,8 +24,9 @@ MODES = [
 
 # (N, C_in, C_out, H, W, padding), each reaching a choice of its own.
 SHAPES = [
-    pytest.param((4, 1, 64, 67, 71, 2), id="grayscale-pad3"),
-    pytest.param((4, 2, 96, 64, 64, 0), id="two-channels-pad3"),
+    pytest.param((4, 1, 64, 135, 139, 2), id="grayscale-pad3"),
+    pytest.param((8, 2, 96, 100, 100, 0), id="two-channels-pad3"),
+    pytest.param((1, 1, 64, 224, 224, 2), id="one-grayscale-image-cudnn"),
     pytest.param((2, 3, 192, 64, 80, 2), id="192-filters-groups"),
     pytest.param((8, 3, 192, 224, 224, 2), id="192-filters-gmma-groups"),
     pytest.param((2, 3, 384, 48, 48, 5), id="384-filters-groups"),

@@ -20,6 +20,11 @@ struct ProblemBase {
   int64_t N = 0, C = 0, H = 0, W = 0, K = 0, P = 0, Q = 0, pad = 0;
 };
 
+// At most one 224 x 224 image's worth of output pixels (3025 at padding 2):
+// a few microseconds of work, where one more launch (a padded copy) costs
+// more than it saves.
+inline bool one_small_image(const ProblemBase& p) { return p.N * p.P * p.Q <= 4096; }
+
 // The sizes every kernel's Params carries, as its ints: the image, filters,
 // output, padding and output plane.
 template <typename Params>

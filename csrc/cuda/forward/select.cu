@@ -6,6 +6,7 @@
 //  1. empty output                                  -> none
 //  2. float64                                       -> generic   [the reference; no tensor-core kernel]
 //  3. 1 or 2 input channels (pad3_pays)             -> pad3 + the 3-channel choice [a zero channel is cheaper than cuDNN]
+//     (one small image: the copy's launch costs more -> cudnn, rule 4)
 //  4. not a tensor-core problem (tc_shape)          -> cudnn     [outside the kernels' limits or architectures]
 // float32, Fp32Math::kAccurate ("highest"):
 //  5. wgmma, K <= 96, tiles fill the GPU (h3_fills) -> gmma 3xFP16, one CTA of K <= 64 | 96 [twice TF32's rate]
@@ -82,8 +83,8 @@ int nt8_fp32(int64_t K) { return K <= 64 ? 8 : 12; }
 
 // 1 or 2 input channels run the 3-channel kernels on a copy of the input with
 // zero channels added, where the 3-channel problem gets one: the copy costs
-// less than cuDNN's few-channel convolutions.
-bool pad3_pays(const Problem& p) { return p.C >= 1 && p.C < kC; }
+// less than cuDNN's few-channel convolutions, except for one small image.
+bool pad3_pays(const Problem& p) { return p.C >= 1 && p.C < kC && !one_small_image(p); }
 
 Choice make(Kernel k, const Problem& p, MathMode mode, int nt8) {
   Choice c;

@@ -4,8 +4,8 @@
 //  1. empty grad_input                      -> none
 //  2. float64                               -> generic (cuBLAS + fold)  [the reference]
 //     not an architecture alexop's kernels are measured on -> cudnn (tensor_core_kernels)
-//  3. 1 or 2 input channels                 -> pad3 + the 3-channel tensor-core choice [cheaper than either fallback]
-//  4. !tc_shape, cudnn_wins                 -> cudnn (channels_last)  [its TF32 and few-filter kernels]
+//  3. 1 or 2 input channels, more than one_small_image -> pad3 + the 3-channel tensor-core choice [cheaper than either fallback]
+//  4. !tc_shape, cudnn_wins or launch_bound -> cudnn (channels_last)  [its TF32 and few-filter kernels; one launch]
 //  5. !tc_shape                             -> generic (cuBLAS + fold)  [faster than cuDNN elsewhere]
 //  6. launch_bound                          -> cudnn  [a single small image: launches, not math]
 // float32:
@@ -44,9 +44,9 @@ bool cudnn_wins(const Problem& p) {
   return p.K <= 16;
 }
 
-// float32 gradients of one image's worth of output pixels take a few
-// microseconds either way; cuDNN's single launch wins there.
-bool launch_bound(const Problem& p) { return p.dtype == ScalarType::Float && p.N * p.P * p.Q <= 4096; }
+// float32 gradients of one small image take a few microseconds either way;
+// cuDNN's single launch wins there.
+bool launch_bound(const Problem& p) { return p.dtype == ScalarType::Float && one_small_image(p); }
 
 Choice make(Kernel k, const Problem& p, MathMode mode) {
   Choice c;
@@ -82,7 +82,7 @@ Choice select(const Problem& p) {
   if (p.N * p.C * p.H * p.W == 0) return make(Kernel::kNone, p, k16);
   if (p.dtype == ScalarType::Double) return make(Kernel::kGeneric, p, k16);
   if (!tensor_core_kernels(p.dev)) return make(Kernel::kCudnn, p, k16);
-  if (p.C >= 1 && p.C < kC) {
+  if (p.C >= 1 && p.C < kC && !one_small_image(p)) {
     Problem q = p;
     q.C = kC;
     Choice c = select(q);
@@ -91,7 +91,7 @@ Choice select(const Problem& p) {
       return c;
     }
   }
-  if (!tc_shape(p)) return make(cudnn_wins(p) ? Kernel::kCudnn : Kernel::kGeneric, p, k16);
+  if (!tc_shape(p)) return make(cudnn_wins(p) || launch_bound(p) ? Kernel::kCudnn : Kernel::kGeneric, p, k16);
   if (launch_bound(p)) return make(Kernel::kCudnn, p, k16);
   return p.dtype == ScalarType::Float ? select_fp32(p) : select_16(p);
 }
