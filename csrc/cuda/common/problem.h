@@ -22,8 +22,9 @@ struct ProblemBase {
 
 // At most one 224 x 224 image's worth of output pixels (3025 at padding 2):
 // a few microseconds of work, where one more launch (a padded copy) costs
-// more than it saves.
-inline bool one_small_image(const ProblemBase& p) { return p.N * p.P * p.Q <= 4096; }
+// more than it saves. output_pixels counts the whole batch's.
+inline bool one_small_image(int64_t output_pixels) { return output_pixels <= 4096; }
+inline bool one_small_image(const ProblemBase& p) { return one_small_image(p.N * p.P * p.Q); }
 
 // The sizes every kernel's Params carries, as its ints: the image, filters,
 // output, padding and output plane.

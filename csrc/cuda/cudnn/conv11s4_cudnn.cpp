@@ -1,6 +1,7 @@
 #include "conv11s4_cudnn.h"
 
 #include "../../conv11s4.h"
+#include "../common/problem.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/_convolution.h>
@@ -39,6 +40,25 @@ class CudnnTf32Scope {
 
 at::Context& context() { return at::globalContext(); }
 
+// The layout cuDNN is handed. Its tensor-core convolutions (TF32, bf16, fp16)
+// are channels_last kernels that transpose an NCHW problem internally, at a
+// cost above the copies made here; its full-fp32 kernels are NCHW ones. A
+// small problem keeps the caller's layout.
+at::MemoryFormat cudnn_layout(const at::Tensor& input, int64_t output_pixels, bool allow_tf32) {
+  if (one_small_image(output_pixels)) return input.suggest_memory_format();
+  const bool tensor_cores = input.scalar_type() != at::kFloat || allow_tf32;
+  return tensor_cores ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+}
+
+// Output pixels over the batch: of grad_output, or of the forward's input.
+int64_t output_pixels(const at::Tensor& grad_output) {
+  return grad_output.size(0) * grad_output.size(2) * grad_output.size(3);
+}
+int64_t output_pixels(const at::Tensor& input, int64_t padding) {
+  const auto out = [&](int64_t d) { return (input.size(d) + 2 * padding - kKernelSize) / kStride + 1; };
+  return input.size(0) * out(2) * out(3);
+}
+
 }  // namespace
 
 at::Tensor conv11s4_cudnn(
@@ -49,8 +69,10 @@ at::Tensor conv11s4_cudnn(
     bool allow_tf32) {
   const int64_t pad[] = {padding, padding};
   const int64_t no_output_padding[] = {0, 0};
+  const auto layout = cudnn_layout(input, output_pixels(input, padding), allow_tf32);
   return at::_convolution(
-             input, weight, bias, kStrides, pad, kDilation, /*transposed=*/false, no_output_padding,
+             input.contiguous(layout), weight.contiguous(layout), bias, kStrides, pad, kDilation,
+             /*transposed=*/false, no_output_padding,
              /*groups=*/1, context().benchmarkCuDNN(), context().deterministicCuDNN(),
              context().userEnabledCuDNN(), allow_tf32)
       .contiguous();
@@ -86,14 +108,17 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cudnn(
     int64_t padding,
     bool bias_grad,
     bool allow_tf32) {
-  // Only the weight's sizes and options are read by the weight gradient.
-  const auto weight = at::empty({out_channels, input.size(1), kKernelSize, kKernelSize}, input.options());
+  // Only the weight's sizes, options and layout are read by the weight
+  // gradient; cuDNN runs in the layout of the input and weight.
+  const auto layout = cudnn_layout(input, output_pixels(grad_output), allow_tf32);
+  const auto weight =
+      at::empty({out_channels, input.size(1), kKernelSize, kKernelSize}, input.options().memory_format(layout));
   const int64_t pad[] = {padding, padding};
   const int64_t no_output_padding[] = {0, 0};
   const int64_t bias_sizes[] = {out_channels};
   const CudnnTf32Scope tf32(allow_tf32);
   auto [unused, grad_weight, grad_bias] = at::convolution_backward(
-      grad_output, input, weight,
+      grad_output.contiguous(layout), input.contiguous(layout), weight,
       bias_grad ? at::OptionalIntArrayRef(bias_sizes) : at::OptionalIntArrayRef(), kStrides, pad,
       kDilation, /*transposed=*/false, no_output_padding, /*groups=*/1, {false, true, bias_grad});
   return {grad_weight.contiguous(), bias_grad ? grad_bias : at::empty({0}, input.options())};
