@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_dgrad_gmma_kernel(const
 #pragma unroll
     for (int i = 0; i < NACC; ++i) pin(acc[i]);
     if (active) {
-      fix_nan_dx<T, NACC>(p, tg, acc, wg * 64 + wq * 16 + g, t);
+      flag_nan<NACC>(p, acc);
       T* dx = static_cast<T*>(p.dx) + (size_t)tg.n * kC * p.H * p.W;
 #pragma unroll
       for (int nt = 0; nt < kGNT8; ++nt) store_dx_n8(p, dx, &acc[4 * nt], nt, t, y0, x0);

@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_dgrad_tc_kernel(const Pa
     // Epilogue: lane (g, t) gets the 4 columns b = 0..3 of pixel row g + 8*(t&1),
     // a = 2*(nt&1) + (t>>1), channel c = nt>>1, from its own pair and lane t^1's.
     {
-      fix_nan_dx<T, 2 * kNT8 * 4>(p, tg, MODE == k3xTf32 ? &tot[0][0][0] : &acc[0][0][0], warp * 32 + g, t);
+      flag_nan<2 * kNT8 * 4>(p, MODE == k3xTf32 ? &tot[0][0][0] : &acc[0][0][0]);
       T* dx = static_cast<T*>(p.dx) + (size_t)tg.n * kC * p.H * p.W;
       const bool odd = t & 1;
 #pragma unroll

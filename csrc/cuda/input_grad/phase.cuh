@@ -33,10 +33,12 @@
 //
 // Zero B entries (r or s > 10, padded channels) still multiply finite-or-not
 // dy words: an Inf in dy can make NaN of dx elements whose window excludes
-// it, so the epilogues recompute NaN results exactly (fix_nan_dx).
+// it. The epilogues only raise a flag where a result came out NaN
+// (flag_nan); a second kernel (fix_nan.cu) then recomputes the NaN elements
+// exactly. Recomputing inside the epilogues (a noinline call and a stack
+// frame in the tile loop) cost the TF32 kernel a fifth of its time.
 
 #include "../common/constants.h"
-#include "../common/exact.cuh"
 #include "../common/precision.h"
 #include "../common/ptx.cuh"
 
@@ -69,6 +71,7 @@ struct Params {
   const uint4* wfrag;
   const void* w;  // the weights as given (K, 3, 11, 11): the exact recomputation reads them
   void* dx;
+  int* nan_flag;  // set to 1 where a result came out NaN (flag_nan)
   int N, K, H, W, P, Q, pad;
   int P0s, Q0s, PS, QS;      // first super-pixel row/col and counts
   int TQ, NB, MT, NR, RSW;   // band width, bands, tile size, window rows, row stride
@@ -118,29 +121,13 @@ __device__ __forceinline__ TileGeom tile_geom(const Params& p, int tile) {
   return tg;
 }
 
-// dx of image n, column col = (c, a, b) of the super-pixel whose phase (0,
-// 0) is dx position (y0, x0), recomputed exactly (common/exact.cuh); v where
-// that element lies outside the image (it is dropped).
-template <typename T>
-__device__ __forceinline__ float exact_dx(const Params& p, int n, int y0, int x0, int col, float v) {
-  const int y = y0 + ((col >> 2) & 3), x = x0 + (col & 3);
-  if (y < 0 || y >= p.H || x < 0 || x >= p.W) return v;
-  return exact::input_grad(static_cast<const T*>(p.dy), p.K, p.P, p.Q, static_cast<const T*>(p.w), p.pad, n, col >> 4,
-                           y, x);
-}
-
-// The NaN values of a thread's accumulators recomputed exactly (the gather
-// kernels' tiling): acc[4 (6 a + nt) + 2 h + e] is tile-local super-pixel
-// ml0 + 16 a + 8 h, column 8 nt + 2 t + e (m16n8 and wgmma D fragments).
-template <typename T, int N>
-__device__ __forceinline__ void fix_nan_dx(const Params& p, const TileGeom& tg, float* acc, int ml0, int t) {
-  exact::fix_nan<N>(acc, [&](int i, float v) {
-    const int ml = ml0 + 16 * (i / (4 * kNT8)) + 8 * ((i >> 1) & 1), mb = tg.m0 + ml;
-    const int prel = mb / p.TQ, qrel = mb - prel * p.TQ;
-    if (ml >= p.MT || mb >= p.PS * p.TQ || tg.qb + qrel >= p.QS) return v;
-    return exact_dx<T>(p, tg.n, 4 * (p.P0s + prel) - p.pad, 4 * (p.Q0s + tg.qb + qrel) - p.pad,
-                       8 * (i / 4 % kNT8) + 2 * t + (i & 1), v);
-  });
+// Raises p.nan_flag where one of a thread's N results came out NaN.
+template <int N>
+__device__ __forceinline__ void flag_nan(const Params& p, const float* acc) {
+  bool nan = false;
+#pragma unroll
+  for (int i = 0; i < N; ++i) nan |= acc[i] != acc[i];
+  if (__builtin_expect(nan, 0)) *reinterpret_cast<volatile int*>(p.nan_flag) = 1;
 }
 
 // Window cell e = ri * RSW + ci of this thread's u-th load: dy offset

@@ -74,8 +74,11 @@ at::Tensor bind(const Args& a, size_t wbytes, Params& p) {
   p.dy = a.grad_output.data_ptr();
   p.w = a.weight.data_ptr();
   p.dx = gx.data_ptr();
-  const at::Tensor wbuf = scratch(a.grad_output, (int64_t)wbytes);
+  const size_t flag_at = (wbytes + 15) / 16 * 16;
+  const at::Tensor wbuf = scratch(a.grad_output, (int64_t)flag_at + 16);
   p.wfrag = static_cast<const uint4*>(wbuf.data_ptr());
+  p.nan_flag = reinterpret_cast<int*>(static_cast<char*>(wbuf.data_ptr()) + flag_at);
+  C10_CUDA_CHECK(cudaMemsetAsync(p.nan_flag, 0, sizeof(int), c10::cuda::getCurrentCUDAStream()));
   return wbuf;
 }
 

@@ -22,9 +22,13 @@ bool make_params_x3(const Problem& pr, Params& p);
 // Shared memory: resident B and two dy stage buffers.
 size_t gather_smem(const Params& p);
 size_t x3_smem(const Params& p);
-// The operands into p (dy, dx, the epilogue's pair stores) and a buffer of
-// wbytes for the prepared weights (p.wfrag).
+// The operands into p (dy, dx, the epilogue's pair stores), a buffer of
+// wbytes for the prepared weights (p.wfrag) and the NaN flag after them,
+// cleared on the current stream.
 at::Tensor bind(const Args& a, size_t wbytes, Params& p);
+// After a kernel of p: where it raised p.nan_flag, the NaN elements of dx
+// recomputed exactly (fix_nan.cu); else one CTA reads the flag and returns.
+void fix_flagged_nan(const Params& p, c10::ScalarType dtype, int num_sms);
 
 // The gather kernels' launch (mma.sync, wgmma: the same tiling and bytes of
 // resident B): prep arranges the weights, then kernel runs one CTA an SM.
@@ -43,6 +47,7 @@ void launch_gather(const Problem& pr, const Args& a, int stage_ch, void (*prep)(
   allow_max_dynamic_smem(kernel);
   kernel<<<std::min(p.total_tiles, pr.dev.num_sms), threads, smem, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  fix_flagged_nan(p, pr.dtype, pr.dev.num_sms);
 }
 
 }  // namespace alexop::cuda::input_grad::phase

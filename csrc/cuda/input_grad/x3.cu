@@ -219,15 +219,10 @@ __global__ void __launch_bounds__(kXThreads, 1) conv11s4_dgrad_x3_kernel(const P
                    4 * (p.Q0s + band * p.TQ + Cq) - p.pad};
   };
   // dx of tile tl from tot: the cell of this lane's row g + 8 (t & 1) of its
-  // warp's 16; NaN values recomputed exactly first (tot[4 nt + 2 h + e] is
-  // row g + 8 h, column 8 nt + 2 t + e)
+  // warp's 16
   auto epilogue = [&](int tl) {
-    const int cell0 = tl * kXMT + wg * 64 + wq * 16 + g;
-    exact::fix_nan<kGNT8 * 4>(tot, [&](int i, float v) {
-      const CellPos c = cell_pos(cell0 + 8 * ((i >> 1) & 1));
-      return exact_dx<float>(p, c.n, c.y0, c.x0, 8 * (i >> 2) + 2 * t + (i & 1), v);
-    });
-    const CellPos c = cell_pos(cell0 + (t & 1) * 8);
+    flag_nan<kGNT8 * 4>(p, tot);
+    const CellPos c = cell_pos(tl * kXMT + wg * 64 + wq * 16 + (t & 1) * 8 + g);
     float* dxp = static_cast<float*>(p.dx) + (size_t)c.n * kC * p.H * p.W;
 #pragma unroll
     for (int nt = 0; nt < kGNT8; ++nt) store_dx_n8(p, dxp, &tot[4 * nt], nt, t, c.y0, c.x0);
@@ -288,6 +283,7 @@ void launch_x3(const Problem& pr, const Args& a) {
   allow_max_dynamic_smem(conv11s4_dgrad_x3_kernel);
   conv11s4_dgrad_x3_kernel<<<std::min(p.total_tiles, pr.dev.num_sms), kXThreads, smem, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  fix_flagged_nan(p, pr.dtype, pr.dev.num_sms);
 }
 
 }  // namespace alexop::cuda::input_grad::phase
