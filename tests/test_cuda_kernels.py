@@ -229,9 +229,9 @@ def _six_decades(t, g):
     return t * 10 ** (6 * torch.rand(t.shape, device="cuda", generator=g) - 3)
 
 
-def _assert_fp32_accurate(out, ref, name=None):
-    """rel L2 <= 1e-5 and allclose(1e-4) against float64, atol relative to the largest |ref|."""
-    assert rel_l2(out, ref) <= 1e-5, name
+def _assert_fp32_accurate(out, ref, name=None, bound=1e-5):
+    """rel L2 <= bound and allclose(1e-4) against float64, atol relative to the largest |ref|."""
+    assert rel_l2(out, ref) <= bound, name
     scale = ref.abs().max().item()
     torch.testing.assert_close(out.double().cpu(), ref, atol=1e-4 * scale, rtol=1e-4, msg=name)
 
@@ -258,7 +258,11 @@ def test_forward_fp32_accuracy_across_value_scales(values):
         x = 1 + 1e-3 * x
         wt = wt - wt.mean(dim=(1, 2, 3), keepdim=True)
     ref = reference(x, wt, b)
-    _assert_fp32_accurate(alexop.conv11s4(x, wt, b), ref)
+    # 3xTF32 (mma.sync, the A100's kernels) accumulates the three products'
+    # cancelling terms in the tensor cores' float32: 1.1e-5 measured on an
+    # H100 with them forced (docs/precision.md); 3xFP16 stays under 1e-5.
+    x3tf32 = "3xtf32" in alexop.kernel_for(x, wt, 2)["forward"]
+    _assert_fp32_accurate(alexop.conv11s4(x, wt, b), ref, bound=2e-5 if x3tf32 and values == "cancelling" else 1e-5)
 
 
 # The fp32-accurate weight gradient on Hopper (3xFP16) scales the images and

@@ -1,7 +1,7 @@
 // The weight gradient's kernel choice. Decision tree, first match wins:
 //
 //  1. float64                               -> generic  [the reference; no tensor-core kernel]
-//  2. 1 or 2 input channels, more than one_small_image -> pad3 + the 3-channel choice [a zero channel is cheaper than cuDNN]
+//  2. 1 or 2 input channels                 -> pad3 + the 3-channel choice [a zero channel is cheaper than cuDNN, at any batch]
 //  3. !tc_shape                             -> cudnn    [outside the kernels' limits: K = 64 or 96, ...]
 //  4. small_images                          -> cudnn    [too few output pixels to fill the split-K slices]
 //  5. 16-bit input still channels_last      -> cudnn    [no 16-bit kernel reads channels_last rows well]
@@ -96,7 +96,7 @@ Choice select(const Problem& p) {
   c.dtype = p.dtype;
   c.transposed = p.transposed;
   if (p.dtype == ScalarType::Double) return c;
-  if (p.C >= 1 && p.C < kC && !one_small_image(p)) {
+  if (p.C >= 1 && p.C < kC) {
     Problem q = p;
     q.C = kC;  // a fresh NCHW copy with zero channels added
     q.nhwc = false;
