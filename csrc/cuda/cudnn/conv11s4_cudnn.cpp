@@ -40,20 +40,22 @@ class CudnnTf32Scope {
 
 at::Context& context() { return at::globalContext(); }
 
-// The layout the forward hands cuDNN, from its timings on H100: its TF32
-// convolutions are channels_last kernels, twice as fast as its NCHW ones,
-// which pays for copying the input and the output; its full-fp32 kernels
-// are NCHW ones (up to 1.5x faster). Its 16-bit channels_last kernels win
-// by less than a copy of the larger tensor costs, so 16-bit keeps the
-// caller's layout, or copies a channels_last input to NCHW where the
-// output, which must be copied to NCHW otherwise, is the larger. One small
-// image keeps the caller's layout: there a copy's launch is the cost.
+// The layout the forward hands cuDNN, from the H100 shape grid. A copy out
+// of channels_last (the output must come back NCHW) costs a quarter of the
+// convolution, so the caller's layout stands unless cuDNN's own kernels
+// differ by more: its full-fp32 kernels are NCHW ones (1.3-1.4x faster than
+// its channels_last ones), and for a C_out that is not a multiple of 64 its
+// NCHW TF32 kernels take 1.5-2x its channels_last ones' time. A 16-bit
+// channels_last input whose output would be the larger copy goes NCHW. One
+// small image keeps the caller's layout: there a copy's launch is the cost.
 at::MemoryFormat forward_layout(const at::Tensor& input, int64_t K, int64_t output_pixels, bool allow_tf32) {
   const auto caller = input.suggest_memory_format();
+  const auto nchw = at::MemoryFormat::Contiguous, nhwc = at::MemoryFormat::ChannelsLast;
   if (one_small_image(output_pixels)) return caller;
-  if (input.scalar_type() == at::kFloat) return allow_tf32 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  if (input.scalar_type() == at::kFloat && !allow_tf32) return nchw;
+  if (input.scalar_type() == at::kFloat) return K % 64 != 0 ? nhwc : caller;
   const bool output_larger = K * output_pixels > input.numel();
-  return caller == at::MemoryFormat::ChannelsLast && output_larger ? at::MemoryFormat::Contiguous : caller;
+  return caller == nhwc && output_larger ? nchw : caller;
 }
 
 // Output pixels over the batch.
