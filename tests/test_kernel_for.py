@@ -92,6 +92,10 @@ def gpu():
         pytest.skip("sm_80 kernels forced on this GPU: an sm_80 choice with its shared memory, unlike either column")
     major, minor = torch.cuda.get_device_capability()
     if major == 9:
+        # A build without sm_90a code (TORCH_CUDA_ARCH_LIST="8.0+PTX", the test of the PTX path)
+        # has no wgmma kernel to choose.
+        if _names(*ALEXNET, torch.bfloat16, "highest")["input_grad"].startswith("dgrad_mma"):
+            pytest.skip("this build carries no sm_90a code: an sm_80 choice with sm_90's shared memory")
         return 0
     if (major, minor) == (8, 0):
         return 1
