@@ -306,6 +306,19 @@ def plot(rows, path):
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
 
+def doc_free_argv(argv: list[str]) -> list[str]:
+    """argv without --doc and its value (either --doc NAME or --doc=NAME)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--doc":
+            skip = True
+        elif not a.startswith("--doc="):
+            out.append(a)
+    return out
+
+
 def write_doc_section(name: str, lines: list[str], command: str) -> None:
     """Puts a table into docs/benchmarks.md between <!-- bench:name --> markers, replacing that section's
     previous table (or appending a new section): the doc holds the latest run of each benchmark."""
@@ -342,7 +355,7 @@ def main() -> None:
     parser.add_argument("--doc", metavar="SECTION", help="also write the table into docs/benchmarks.md, section SECTION")
     parser.add_argument("--shapes", action="store_true", help="the grid of shapes instead (bench_shapes.py --help)")
     args = parser.parse_args()
-    command = "python scripts/bench.py " + " ".join(a for a in sys.argv[1:] if not a.startswith("--doc") and a != args.doc)
+    command = "python scripts/bench.py " + " ".join(doc_free_argv(sys.argv[1:]))
     device = torch.device(args.device)
     env = {
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),

@@ -276,9 +276,9 @@ def main(argv=None):
     print(file=sys.stderr)
     lines = write(rows, Path(args.out), env, args.mode)
     if args.doc:
-        from bench import write_doc_section
+        from bench import doc_free_argv, write_doc_section
 
-        argv = [a for a in (argv if argv is not None else sys.argv[1:]) if a != args.doc and a != "--doc"]
+        argv = doc_free_argv(argv if argv is not None else sys.argv[1:])
         write_doc_section(args.doc, lines, "python scripts/bench.py --shapes " + " ".join(argv))
 
 
