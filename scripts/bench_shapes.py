@@ -180,6 +180,28 @@ def first_layer_target(r):
     return 1.5
 
 
+# Hopper's measured tensor-core rates (H200; the H100 has the same SMs and clocks) and HBM rate:
+# fp32-accurate runs as three fp16 products. Other GPUs get no floor.
+HOPPER_RATES = {"fp32": 777e12 / 3, "tf32": 402e12, "bf16": 777e12}
+HOPPER_BYTES_PER_S = {"H100": 3.0e12, "H200": 4.3e12}
+PASSES = {"fwd": ("fwd",), "wgrad": ("wgrad",), "dgrad": ("dgrad",), "fwd+bwd(w,b)": ("fwd", "wgrad"),
+          "fwd+bwd(x,w,b)": ("fwd", "wgrad", "dgrad")}
+
+
+def floor_ms(r, device):
+    """max(FLOPs / tensor-core rate, bytes / HBM rate) over the case's passes, or None off Hopper."""
+    bw = next((v for k, v in HOPPER_BYTES_PER_S.items() if k in device), None)
+    if bw is None:
+        return None
+    P, Q = (r["H"] + 2 * r["pad"] - 11) // 4 + 1, (r["W"] + 2 * r["pad"] - 11) // 4 + 1
+    x, y = r["N"] * r["C_in"] * r["H"] * r["W"], r["N"] * r["C_out"] * P * Q
+    size = 2 if r["mode"] == "bf16" else 4
+    passes = PASSES[r["item"]]
+    flops = len(passes) * 2 * y * r["C_in"] * 121
+    moved = len(passes) * (x + y) * size  # each pass reads one of input and output and writes the other
+    return 1e3 * max(flops / HOPPER_RATES[r["mode"]], moved / bw)
+
+
 def write(rows, out, env, what):
     out.mkdir(parents=True, exist_ok=True)
     (out / "shapes.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1))
@@ -190,17 +212,19 @@ def write(rows, out, env, what):
              f"{len(rows)} cases; alexop slower than cuDNN's best layout (by > 5%): {len(slower)}; "
              f"below the first-layer targets: {len(below)}", "",
              "| N | C_in->C_out | H x W | pad | mode | " + ("op" if what == "ops" else "step") +
-             " | layout | alexop ms | cuDNN NCHW ms | cuDNN NHWC ms | speedup | rel L2 | alexop kernel |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             " | layout | alexop ms | cuDNN NCHW ms | cuDNN NHWC ms | speedup | floor ms | rel L2 | alexop kernel |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in worst:
         kern = ""
         if r["kernels"]:
             key = {"fwd": "forward", "wgrad": "weight_grad", "dgrad": "input_grad"}.get(r["item"], "forward")
             kern = r["kernels"].get(key, "")
         err = "-" if r["rel_l2"] is None else f"{r['rel_l2']:.1e}"
+        floor = floor_ms(r, env["device"])
+        floor = "-" if floor is None else f"{floor:.3f}"
         lines.append(f"| {r['N']} | {r['C_in']}->{r['C_out']} | {r['H']}x{r['W']} | {r['pad']} | {r['mode']} | "
                      f"{r['item']} | {r['layout']} | {r['alexop_ms']:.3f} | {r['cudnn_nchw_ms']:.3f} | "
-                     f"{r['cudnn_nhwc_ms']:.3f} | {r['speedup']:.2f}x | {err} | {kern} |")
+                     f"{r['cudnn_nhwc_ms']:.3f} | {r['speedup']:.2f}x | {floor} | {err} | {kern} |")
     (out / "shapes.md").write_text("\n".join(lines) + "\n")
     plot(rows, out / "shapes.png")
     summary = ["| mode | " + ("op" if what == "ops" else "step") + " | cases | slower than cuDNN (> 5%) "
