@@ -40,16 +40,14 @@ class CudnnTf32Scope {
 
 at::Context& context() { return at::globalContext(); }
 
-// The layout the forward hands cuDNN, from the H100 shape grid. A copy out
-// of channels_last (the output must come back NCHW) costs a quarter of the
-// convolution, so the caller's layout stands unless cuDNN's own kernels
-// differ by more: its full-fp32 kernels are NCHW ones (1.3-1.4x faster than
-// its channels_last ones), and for a C_out that is not a multiple of 64 its
-// NCHW TF32 kernels take 1.5-2x its channels_last ones' time. A 16-bit
-// channels_last input whose output would be the larger copy goes NCHW. One
-// small image runs NCHW: cuDNN's NCHW kernels were as fast or faster in 9
-// of the grid's 12 one-image cases (channels_last by 7-28% in the other 3),
-// and such an input is cheap to copy.
+// The layout the forward hands cuDNN (rules and their timings: the S17 rows
+// of docs/perf-history.md). alexop's outputs are NCHW, so a channels_last
+// cuDNN result is copied back; the caller's layout stands unless cuDNN's own
+// kernels differ by more than that copy: full fp32 runs NCHW (cuDNN's fp32
+// kernels are NCHW ones), TF32 with a C_out that is not a multiple of 64
+// runs channels_last (there cuDNN's NCHW TF32 kernels are the slow ones), a
+// 16-bit channels_last input whose output would be the larger copy goes
+// NCHW, and one small image runs NCHW (its input is cheap to copy).
 at::MemoryFormat forward_layout(const at::Tensor& input, int64_t K, int64_t output_pixels, bool allow_tf32) {
   const auto caller = input.suggest_memory_format();
   const auto nchw = at::MemoryFormat::Contiguous, nhwc = at::MemoryFormat::ChannelsLast;
@@ -116,10 +114,9 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cudnn(
     bool bias_grad,
     bool allow_tf32) {
   // Only the weight's sizes and options are read by the weight gradient.
-  // Everything NCHW, grad_output's layout (alexop's outputs are NCHW): on
-  // H100 cuDNN's weight gradient in one layout beats a mixed one by up to
-  // 1.4x, and a copy of grad_output costs more than its channels_last
-  // kernels save.
+  // Everything NCHW, grad_output's layout (alexop's outputs are NCHW): cuDNN
+  // in one layout beats a mixed one, and a copy of grad_output costs more
+  // than its channels_last kernels save (docs/perf-history.md, S17).
   const auto weight = at::empty({out_channels, input.size(1), kKernelSize, kKernelSize}, input.options());
   const int64_t pad[] = {padding, padding};
   const int64_t no_output_padding[] = {0, 0};

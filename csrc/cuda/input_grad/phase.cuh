@@ -35,8 +35,8 @@
 // dy words: an Inf in dy can make NaN of dx elements whose window excludes
 // it. The epilogues only raise a flag where a result came out NaN
 // (flag_nan); a second kernel (fix_nan.cu) then recomputes the NaN elements
-// exactly. Recomputing inside the epilogues (a noinline call and a stack
-// frame in the tile loop) cost the TF32 kernel a fifth of its time.
+// exactly. Recomputing inside the epilogues put a noinline call and a stack
+// frame into the tile loop, which slowed the kernels (docs/perf-history.md).
 
 #include "../common/constants.h"
 #include "../common/precision.h"
