@@ -1,7 +1,8 @@
 """Every 11x11 stride-4 convolution the op accepts, on CUDA: which kernel the
 selectors choose (never the slow reference kernels where a tensor-core kernel or
 cuDNN is faster), and that the choices beyond AlexNet's shape — 1 or 2 input
-channels padded to 3, up to 384 filters in channel groups, cuDNN for the rest —
+channels padded to 3, 4 to 16 in slices of 3, up to 384 filters in channel groups, cuDNN for
+the rest —
 compute F.conv2d at the promised precision (float32's default is fp32-accurate,
 so a cuDNN fallback that used TF32 there would fail)."""
 
@@ -30,8 +31,12 @@ SHAPES = [
     pytest.param((2, 3, 192, 64, 80, 2), id="192-filters-groups"),
     pytest.param((8, 3, 192, 224, 224, 2), id="192-filters-gmma-groups"),
     pytest.param((2, 3, 384, 48, 48, 5), id="384-filters-groups"),
-    pytest.param((2, 4, 96, 64, 64, 2), id="rgba-cudnn"),
-    pytest.param((2, 16, 64, 47, 47, 1), id="16-channels-cudnn"),
+    pytest.param((2, 4, 96, 64, 64, 2), id="rgba-small-batch"),
+    pytest.param((2, 16, 64, 47, 47, 1), id="16-channels-small-batch"),
+    pytest.param((8, 4, 96, 100, 100, 2), id="rgba-slices"),
+    pytest.param((12, 5, 128, 96, 96, 0), id="5-channels-slices"),
+    pytest.param((8, 6, 64, 127, 127, 3), id="6-channels-slices"),
+    pytest.param((8, 16, 64, 127, 127, 1), id="16-channels-slices"),
     pytest.param((2, 3, 16, 63, 63, 0), id="16-filters"),
     pytest.param((1, 3, 96, 224, 224, 2), id="one-image"),
 ]
@@ -105,8 +110,9 @@ def test_float64_keeps_the_reference_kernels():
     [
         (1, 96, "pad3+"),  # a zero channel, then the 3-channel kernels
         (2, 64, "pad3+"),
-        (4, 96, "fwd_cudnn"),  # no 4-channel kernel: cuDNN
-        (16, 64, "fwd_cudnn"),
+        (4, 96, "slice3x2+"),  # slices of 3 channels, the last zero-padded; partial outputs summed
+        (8, 64, "slice3x3+"),
+        (16, 64, "fwd_cudnn"),  # 16-bit: cuDNN wins from 4 slices on
     ],
 )
 def test_first_layer_choices(c, k, want):
@@ -114,3 +120,50 @@ def test_first_layer_choices(c, k, want):
         pytest.skip("alexop's tensor-core kernels need sm_80")
     names = _selection(64, c, k, (224, 224), 2, torch.bfloat16, "highest")
     assert names["forward"].startswith(want), names
+
+
+# (C_in, mode) -> the kernel-name prefixes of (forward, weight_grad, input_grad) for 8 images
+# of 100 x 100, 96 filters: slices of 3 channels where they beat cuDNN's kernels for the same
+# precision (full fp32: up to 16 channels; TF32: the forward up to 6, the input gradient never;
+# 16-bit: up to 8).
+SLICED = {
+    (4, "fp32"): ("slice3x2+", "slice3x2+", "slice3x2+"),
+    (16, "fp32"): ("slice3x6+", "slice3x6+", "slice3x6+"),
+    (4, "tf32"): ("slice3x2+", "slice3x2+", "dgrad_cudnn"),
+    (8, "tf32"): ("fwd_cudnn", "slice3x3+", "dgrad_cudnn"),
+    (8, "bf16"): ("slice3x3+", "slice3x3+", "slice3x3+"),
+    (16, "bf16"): ("fwd_cudnn", "wgrad_cudnn", "dgrad_cublas_fold"),
+}
+
+
+@pytest.mark.parametrize("c,mode", list(SLICED), ids=lambda v: str(v))
+def test_channel_slices_selection(c, mode):
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("alexop's tensor-core kernels need sm_80")
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    names = _selection(8, c, 96, (100, 100), 2, dtype, "medium" if mode == "tf32" else "highest", True)
+    got = tuple(names[key] for key in ("forward", "weight_grad", "input_grad"))
+    assert all(name.startswith(want) for name, want in zip(got, SLICED[c, mode])), got
+
+
+@pytest.mark.parametrize("c", [4, 8, 16])
+@pytest.mark.parametrize("dtype,mode,bound", MODES)
+def test_channel_slices_from_channels_last_without_bias(c, dtype, mode, bound):
+    """Slices are copies of the input's channels: a channels_last input and no bias
+    give what F.conv2d gives, whichever kernels run."""
+    n, k, h, w, p = 8, 96, 100, 100, 2
+    x, wt, _ = make_inputs(n, c, k, h, w, dtype=dtype, device="cuda", seed=c)
+    x = x.to(memory_format=torch.channels_last)
+    grad = torch.randn(n, k, 24, 24, device="cuda").to(dtype)
+    with precision(mode):
+        names = alexop.kernel_for(x, wt, p)
+        y = alexop.conv11s4(x, wt, None, p)
+        gx = torch.ops.alexop.conv11s4_backward_input(grad, wt, list(x.shape), p)
+        gw, gb = torch.ops.alexop.conv11s4_backward_weight(grad, x, p, False)
+    want_gx, want_gw = grads_reference(x, wt, None, grad, p)
+    assert gb.numel() == 0
+    for name, got, want in [("forward", y, reference(x, wt, None, p)), ("input_grad", gx, want_gx),
+                            ("weight_grad", gw, want_gw)]:
+        assert got.shape == want.shape and got.is_contiguous(), name
+        err = rel_l2(got, want)
+        assert err <= bound, f"{name} ({names}): relative L2 error {err:.2e} > {bound:.0e}"

@@ -17,10 +17,13 @@
 
 #include <ATen/Context.h>
 #include <ATen/ops/constant_pad_nd.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/sum.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -118,10 +121,43 @@ cuda::weight_grad::Problem weight_grad_problem(
 // precision setting allows: under "high" and "medium", never "highest".
 bool cudnn_tf32() { return fp32_math() != cuda::Fp32Math::kAccurate; }
 
-// A 1- or 2-channel tensor with zero channels added up to 3, NCHW: what the
-// 3-channel kernels take in a pad3 choice.
-at::Tensor pad3(const at::Tensor& t) {
-  return at::constant_pad_nd(t, {0, 0, 0, 0, 0, cuda::kC - t.size(1)}).contiguous();
+// Slice g of a tensor's channels (dim 1), 3 of them, zero channels added
+// past the last: what the 3-channel kernels take in a sliced choice
+// (common/constants.h). NCHW, fresh.
+at::Tensor slice3(const at::Tensor& t, int64_t g) {
+  const int64_t c0 = cuda::kC * g, n = std::min<int64_t>(cuda::kC, t.size(1) - c0);
+  const auto s = t.narrow(1, c0, n);
+  return n < cuda::kC ? at::constant_pad_nd(s, {0, 0, 0, 0, 0, cuda::kC - n}).contiguous()
+                      : s.contiguous();
+}
+
+// A sliced forward: each slice's convolution into a partial output (the
+// bias in the first), the partials summed into output, in float32 for the
+// 16-bit dtypes (ATen's sum accumulates in float). One slice (1 or 2
+// channels) is written to output directly.
+void forward_slices(
+    const at::Tensor& x, const at::Tensor& w, const at::Tensor* bias,
+    int64_t padding, int slices, const at::Tensor& output) {
+  const int64_t numel = output.numel();
+  const int64_t stride = (numel + 7) / 8 * 8;  // partials 16-byte aligned
+  const auto partials =
+      slices == 1 ? output : at::empty({slices * stride}, output.options());
+  for (int g = 0; g < slices; ++g) {
+    const auto xg = slice3(x, g), wg = slice3(w, g);
+    const auto yg = slices == 1
+        ? output
+        : partials.narrow(0, g * stride, numel).view(output.sizes());
+    const auto p = forward_problem(
+        xg, wg, padding, operand(xg), cuda::alignment(yg.const_data_ptr()));
+    cuda::forward::launch(
+        cuda::forward::select(p), p, {xg, wg, g == 0 ? bias : nullptr, yg});
+  }
+  if (slices > 1) {
+    auto flat = output.view({numel});
+    const int64_t over_slices[] = {0};
+    at::sum_out(
+        flat, partials.as_strided({slices, numel}, {stride, 1}), over_slices);
+  }
 }
 
 // The weight-gradient problem of an input as the kernels would receive it
@@ -144,18 +180,12 @@ at::Tensor conv11s4_cuda(
   const auto size = check_conv11s4(input, weight, bias_opt, padding);
   check_dtype("alexop.conv11s4", input, kCudaTypes, "CUDA");
   const c10::cuda::CUDAGuard guard(input.device());
-  auto x = dense_input(input);
-  auto w = weight.contiguous();
-  auto p = forward_problem(x, w, padding, operand(x), kFresh.align);
-  auto choice = cuda::forward::select(p);
+  const auto x = dense_input(input);
+  const auto w = weight.contiguous();
+  const auto p = forward_problem(x, w, padding, operand(x), kFresh.align);
+  const auto choice = cuda::forward::select(p);
   if (choice.kernel == cuda::forward::Kernel::kCudnn) {
     return cuda::conv11s4_cudnn(input, weight, bias_opt, padding, cudnn_tf32());
-  }
-  if (choice.pad3) {
-    x = pad3(x);
-    w = pad3(w);
-    p = forward_problem(x, w, padding, operand(x), kFresh.align);
-    choice = cuda::forward::select(p);
   }
   auto output = at::empty(
       {size[0].expect_int(), size[1].expect_int(), size[2].expect_int(),
@@ -163,7 +193,11 @@ at::Tensor conv11s4_cuda(
       input.options());
   const bool has_bias = bias_opt.has_value() && bias_opt->defined();
   const auto b = has_bias ? bias_opt->contiguous() : at::Tensor();
-  cuda::forward::launch(choice, p, {x, w, has_bias ? &b : nullptr, output});
+  if (choice.slices > 0) {
+    forward_slices(x, w, has_bias ? &b : nullptr, padding, choice.slices, output);
+  } else {
+    cuda::forward::launch(choice, p, {x, w, has_bias ? &b : nullptr, output});
+  }
   return output;
 }
 
@@ -178,26 +212,67 @@ at::Tensor conv11s4_backward_input_cuda(
   const c10::cuda::CUDAGuard guard(grad_output.device());
   const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
   const auto gy = grad_output.contiguous();
-  auto w = weight.contiguous();
-  cuda::input_grad::Problem p{
+  const auto w = weight.contiguous();
+  const cuda::input_grad::Problem p{
       problem_base(grad_output, input_size, w.size(0), padding)};
-  auto choice = cuda::input_grad::select(p);
+  const auto choice = cuda::input_grad::select(p);
   if (choice.kernel == cuda::input_grad::Kernel::kCudnn) {
     return cuda::conv11s4_backward_input_cudnn(
         gy, w, input_size, padding, cudnn_tf32());
   }
-  if (!choice.pad3) {
+  if (choice.slices == 0) {
     auto grad_input = at::empty(input_size, grad_output.options());
     cuda::input_grad::launch(choice, p, {gy, w, grad_input});
     return grad_input;
   }
-  // computed for 3 channels with zero weights added, then cut to C
-  w = pad3(w);
+  // each slice's gradient computed for 3 channels (zero weights added past
+  // the last), then joined and cut to C
   const int64_t size3[] = {input_size[0], cuda::kC, input_size[2], input_size[3]};
-  p = cuda::input_grad::Problem{problem_base(grad_output, size3, w.size(0), padding)};
-  auto grad_input = at::empty(size3, grad_output.options());
-  cuda::input_grad::launch(cuda::input_grad::select(p), p, {gy, w, grad_input});
-  return grad_input.narrow(1, 0, input_size[1]).contiguous();
+  const cuda::input_grad::Problem p3{problem_base(grad_output, size3, w.size(0), padding)};
+  const auto choice3 = cuda::input_grad::select(p3);
+  std::vector<at::Tensor> slices;
+  for (int g = 0; g < choice.slices; ++g) {
+    const auto wg = slice3(w, g);
+    slices.push_back(at::empty(size3, grad_output.options()));
+    cuda::input_grad::launch(choice3, p3, {gy, wg, slices.back()});
+  }
+  const auto joined = slices.size() == 1 ? slices[0] : at::cat(slices, 1);
+  return joined.narrow(1, 0, input_size[1]).contiguous();
+}
+
+// The weight gradient of all K filters for one input operand x (the input as
+// the kernels take it, or one slice of it). Where the choice slices the
+// filters, each slice of grad_output's channels is a fresh copy of up to
+// kFilterSlice channels, the last zero-padded to a width the kernels are
+// built for; the rows past K are cut.
+at::Tensor weight_grad_filters(
+    const at::Tensor& gy, const at::Tensor& x, int64_t K, int64_t padding,
+    bool sliced, bool transposed, at::Tensor* grad_bias) {
+  namespace wg = cuda::weight_grad;
+  std::vector<at::Tensor> parts;
+  const int64_t step = sliced ? wg::kFilterSlice : K;
+  for (int64_t k0 = 0; k0 < K; k0 += step) {
+    const int64_t kk = std::min(step, K - k0);
+    const int64_t width = sliced ? wg::filter_width(kk) : K;
+    const auto dy = sliced
+        ? at::constant_pad_nd(gy.narrow(1, k0, kk), {0, 0, 0, 0, 0, width - kk})
+              .contiguous()
+        : gy;
+    const auto p = weight_grad_problem(
+        x, width, padding, operand(x), x.stride(0),
+        cuda::alignment(dy.const_data_ptr()), transposed);
+    auto gw = at::empty({width, x.size(1), kKernelSize, kKernelSize}, x.options());
+    auto gb = grad_bias == nullptr || !sliced ? at::Tensor()
+                                              : at::empty({width}, x.options());
+    wg::launch(
+        wg::select(p), p,
+        {dy, x, gw, grad_bias == nullptr ? nullptr : sliced ? &gb : grad_bias});
+    if (grad_bias != nullptr && sliced) {
+      grad_bias->narrow(0, k0, kk).copy_(gb.narrow(0, 0, kk));
+    }
+    parts.push_back(gw.narrow(0, 0, kk));
+  }
+  return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
 }
 
 std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
@@ -212,28 +287,29 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t K = wsize[0].expect_int();
   const auto gy = grad_output.contiguous();
-  const int gy_align = cuda::alignment(gy.const_data_ptr());
   const auto prep = cuda::weight_grad::input_prep(input);
-  auto choice = cuda::weight_grad::select(
-      weight_grad_problem_of(input, K, padding, prep, gy_align));
+  const auto choice = cuda::weight_grad::select(weight_grad_problem_of(
+      input, K, padding, prep, cuda::alignment(gy.const_data_ptr())));
   if (choice.kernel == cuda::weight_grad::Kernel::kCudnn) {
     return cuda::conv11s4_backward_weight_cudnn(
         gy, input, K, padding, bias_grad, cudnn_tf32());
   }
-  const auto x = choice.pad3 ? pad3(input)
-                             : cuda::weight_grad::prepare_input(input, prep);
-  const auto p = weight_grad_problem(
-      x, K, padding, operand(x), x.stride(0), gy_align, choice.transposed);
-  auto grad_weight = at::empty(
-      {K, x.size(1), kKernelSize, kKernelSize}, input.options());
   auto grad_bias = at::empty({bias_grad ? K : 0}, input.options());
-  cuda::weight_grad::launch(
-      cuda::weight_grad::select(p), p,
-      {gy, x, grad_weight, bias_grad ? &grad_bias : nullptr});
-  if (choice.pad3) {
-    grad_weight = grad_weight.narrow(1, 0, input.size(1)).contiguous();
+  // each slice's weight gradient for 3 channels (the bias's with the
+  // first), then joined and cut to C
+  std::vector<at::Tensor> grad_weights;
+  for (int g = 0; g < std::max(choice.slices, 1); ++g) {
+    const auto x = choice.slices > 0
+        ? slice3(input, g)
+        : cuda::weight_grad::prepare_input(input, prep);
+    grad_weights.push_back(weight_grad_filters(
+        gy, x, K, padding, choice.filter_slices > 0, choice.transposed,
+        bias_grad && g == 0 ? &grad_bias : nullptr));
   }
-  return {grad_weight, grad_bias};
+  if (choice.slices == 0) return {grad_weights[0].contiguous(), grad_bias};
+  const auto joined = grad_weights.size() == 1 ? grad_weights[0]
+                                               : at::cat(grad_weights, 1);
+  return {joined.narrow(1, 0, input.size(1)).contiguous(), grad_bias};
 }
 
 // The kernels the three ops would run for (input, weight, padding), by name,

@@ -13,4 +13,9 @@ constexpr int kKred = kC * kR * kR;  // 363 taps: the forward's reduction
 // range measured against cuDNN.
 constexpr int64_t kMaxFilters = 384;
 
+// Other channel counts, up to kMaxSlicedChannels, reach the kernels as
+// slices of 3 channels (the last zero-padded), one problem a slice.
+constexpr int64_t kMaxSlicedChannels = 16;
+inline int input_slices(int64_t C) { return (int)((C + kC - 1) / kC); }
+
 }  // namespace alexop::cuda

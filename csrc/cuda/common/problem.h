@@ -9,6 +9,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <string>
 
 namespace alexop::cuda {
 
@@ -25,6 +26,12 @@ struct ProblemBase {
 // more than it saves. output_pixels counts the whole batch's.
 inline bool one_small_image(int64_t output_pixels) { return output_pixels <= 4096; }
 inline bool one_small_image(const ProblemBase& p) { return one_small_image(p.N * p.P * p.Q); }
+
+// The prefix of a kernel name run on input slices (constants.h): "pad3+"
+// for one, "slice3x<n>+" for n.
+inline std::string slices_prefix(int slices) {
+  return slices == 0 ? "" : slices == 1 ? "pad3+" : "slice3x" + std::to_string(slices) + "+";
+}
 
 // The sizes every kernel's Params carries, as its ints: the image, filters,
 // output, padding and output plane.

@@ -5,8 +5,8 @@
 //
 //  1. empty output                                  -> none
 //  2. float64                                       -> generic   [the reference; no tensor-core kernel]
-//  3. 1 or 2 input channels (pad3_pays)             -> pad3 + the 3-channel choice [a zero channel is cheaper than cuDNN]
-//     (one small image: the copy's launch costs more -> cudnn, rule 4)
+//  3. 1 or 2, or 4 to max_sliced_channels channels -> slices of 3 (slices_pay) + the 3-channel choice [cheaper than cuDNN's few-channel kernels]
+//     (one small image: the copies' launches cost more -> cudnn, rule 4)
 //  4. not a tensor-core problem (tc_shape)          -> cudnn     [outside the kernels' limits or architectures]
 // float32, Fp32Math::kAccurate ("highest"):
 //  5. wgmma, K <= 96, tiles fill the GPU (h3_fills) -> gmma 3xFP16, one CTA of K <= 64 | 96 [twice TF32's rate]
@@ -60,6 +60,14 @@ int64_t tiles256(const Problem& p) { return p.N * ((p.P * p.Q + 255) / 256); }
 bool h3_fills_groups(const Problem& p) { return p.dev.sm90a && tiles256(p) * 4 >= p.dev.num_sms; }
 bool h3_fills(const Problem& p) { return h3_fills_groups(p) && p.K <= 96; }
 
+// Input channels the slices beat cuDNN up to, by what cuDNN runs in their
+// place: its full-fp32 kernels are slow at any count; its TF32 kernels win
+// from 3 slices on, its 16-bit ones from 4.
+int64_t max_sliced_channels(const Problem& p) {
+  if (p.dtype != ScalarType::Float) return 8;
+  return p.math == Fp32Math::kAccurate ? kMaxSlicedChannels : 6;
+}
+
 // The phase-plane kernels serve outputs 48 to 55 wide (AlexNet's) and K <= 96.
 bool planes_shape(const Problem& p) { return p.K <= 96 && p.Q >= 48 && p.Q <= 55; }
 
@@ -81,10 +89,14 @@ bool s2d_aligned(const Problem& p) { return p.pad % 2 == 0 && p.W % 2 == 0 && p.
 int nt8_for(int64_t K) { return K <= 64 ? 8 : K <= 96 ? 12 : 16; }
 int nt8_fp32(int64_t K) { return K <= 64 ? 8 : 12; }
 
-// 1 or 2 input channels run the 3-channel kernels on a copy of the input with
-// zero channels added, where the 3-channel problem gets one: the copy costs
-// less than cuDNN's few-channel convolutions, except for one small image.
-bool pad3_pays(const Problem& p) { return p.C >= 1 && p.C < kC && !one_small_image(p); }
+// Other few-channel inputs run the 3-channel kernels on copies of the
+// input's slices of 3 channels (the last zero-padded), where the 3-channel
+// problem gets one: the copies and the partial outputs' sum cost less than
+// cuDNN's few-channel convolutions, except for one small image and beyond
+// max_sliced_channels.
+bool slices_pay(const Problem& p) {
+  return p.C >= 1 && p.C != kC && p.C <= max_sliced_channels(p) && !one_small_image(p);
+}
 
 Choice make(Kernel k, const Problem& p, MathMode mode, int nt8) {
   Choice c;
@@ -198,14 +210,15 @@ Choice select(const Problem& p) {
     return c;
   }
   if (p.dtype == ScalarType::Double) return generic(p);
-  if (pad3_pays(p)) {
+  if (slices_pay(p)) {
     Problem q = p;
     q.C = kC;
-    q.nhwc = false;  // the padded copy is a fresh NCHW tensor
+    q.nhwc = false;  // a slice is a fresh NCHW tensor
     q.input_align = 16;
+    if (p.C > kC) q.output_align = 16;  // and so is each partial output
     Choice c = select(q);
     if (c.kernel == Kernel::kCudnn) return cudnn(p);
-    c.pad3 = true;
+    c.slices = input_slices(p.C);
     return c;
   }
   if (!tc_shape(p)) return cudnn(p);
@@ -215,7 +228,7 @@ Choice select(const Problem& p) {
 std::string name(const Choice& c) {
   if (c.kernel == Kernel::kNone || c.kernel == Kernel::kGeneric || c.kernel == Kernel::kCudnn)
     return kKernelNames[(int)c.kernel];
-  std::string s = std::string(c.pad3 ? "pad3+" : "") + kKernelNames[(int)c.kernel] + "_";
+  std::string s = slices_prefix(c.slices) + kKernelNames[(int)c.kernel] + "_";
   s += *kModeNames[c.mode] ? kModeNames[c.mode] : c.dtype == ScalarType::Half ? "fp16" : "bf16";
   if (c.mode == k16Pairs) s += "_pairs";
   if (c.mode == k16S2dNhwc) s += "_nhwc";

@@ -36,13 +36,15 @@ struct Choice {
   MathMode mode = kTf32;  // the kernel's MODE: what its products compute
   int nt8 = 0;            // n8 tiles a CTA holds: 8 * nt8 output channels
   int groups = 1;         // channel groups (CTAs along grid y) covering K
-  bool pad3 = false;      // the input (1 or 2 channels) is zero-padded to 3 first
+  // 0: the input as it is; n: cut into n slices of 3 channels (the last
+  // zero-padded), each convolved by the kernel, the partial outputs summed
+  int slices = 0;
 };
 
 Choice select(const Problem& p);
 
-// e.g. "fwd_planes_bf16_c96", "fwd_mma_3xtf32_split_g16", "pad3+fwd_planes_bf16_c64",
-// "fwd_cudnn", "fwd_generic"
+// e.g. "fwd_planes_bf16_c96", "fwd_mma_3xtf32_split_g16", "pad3+fwd_planes_bf16_c64" (one
+// slice), "slice3x2+fwd_s2d_bf16_c96" (two), "fwd_cudnn", "fwd_generic"
 std::string name(const Choice& c);
 
 }  // namespace alexop::cuda::forward

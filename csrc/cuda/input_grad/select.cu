@@ -4,7 +4,7 @@
 //  1. empty grad_input                      -> none
 //  2. float64                               -> generic (cuBLAS + fold)  [the reference]
 //     not an architecture alexop's kernels are measured on -> cudnn (tensor_core_kernels)
-//  3. 1 or 2 input channels, more than one_small_image -> pad3 + the 3-channel tensor-core choice [cheaper than either fallback]
+//  3. 1 or 2, or 4 up to max_sliced_channels, more than one_small_image -> slices of 3 + the 3-channel tensor-core choice [cheaper than either fallback]
 //  4. !tc_shape, cudnn_wins or launch_bound -> cudnn (channels_last)  [its TF32 and few-filter kernels; one launch]
 //  5. !tc_shape                             -> generic (cuBLAS + fold)  [faster than cuDNN elsewhere]
 //  6. launch_bound                          -> cudnn  [a single small image: launches, not math]
@@ -42,6 +42,14 @@ bool tc_shape(const Problem& p) {
 bool cudnn_wins(const Problem& p) {
   if (p.dtype == ScalarType::Float) return p.math != Fp32Math::kAccurate && p.C > kC;
   return p.K <= 16;
+}
+
+// Input channels the slices beat the fallbacks up to: any count in full
+// fp32, 8 in 16-bit; with TF32 allowed, cuDNN's channels_last kernels win
+// from 4 channels on.
+int64_t max_sliced_channels(const Problem& p) {
+  if (p.dtype != ScalarType::Float) return 8;
+  return p.math == Fp32Math::kAccurate ? kMaxSlicedChannels : kC;
 }
 
 // float32 gradients of one small image take a few microseconds either way;
@@ -82,12 +90,12 @@ Choice select(const Problem& p) {
   if (p.N * p.C * p.H * p.W == 0) return make(Kernel::kNone, p, k16);
   if (p.dtype == ScalarType::Double) return make(Kernel::kGeneric, p, k16);
   if (!tensor_core_kernels(p.dev)) return make(Kernel::kCudnn, p, k16);
-  if (p.C >= 1 && p.C < kC && !one_small_image(p)) {
+  if (p.C >= 1 && p.C != kC && p.C <= max_sliced_channels(p) && !one_small_image(p)) {
     Problem q = p;
     q.C = kC;
     Choice c = select(q);
     if (c.kernel != Kernel::kGeneric && c.kernel != Kernel::kCudnn) {
-      c.pad3 = true;
+      c.slices = input_slices(p.C);
       return c;
     }
   }
@@ -99,7 +107,7 @@ Choice select(const Problem& p) {
 std::string name(const Choice& c) {
   const std::string s = kKernelNames[(int)c.kernel];
   if (c.kernel == Kernel::kNone || c.kernel == Kernel::kGeneric || c.kernel == Kernel::kCudnn) return s;
-  return (c.pad3 ? "pad3+" : "") + s + "_" +
+  return slices_prefix(c.slices) + s + "_" +
          (c.mode == k16 ? (c.dtype == ScalarType::Half ? "fp16" : "bf16") : kModeNames[c.mode]);
 }
 

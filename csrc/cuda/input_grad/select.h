@@ -27,12 +27,13 @@ struct Choice {
   Kernel kernel = Kernel::kGeneric;
   c10::ScalarType dtype = c10::ScalarType::Float;
   MathMode mode = k16;  // the kernel's MODE: what its products compute
-  bool pad3 = false;    // 1 or 2 input channels: computed for 3 (zero weights added), then cut
+  int slices = 0;       // computed for slices of 3 channels (zero weights added), then joined
 };
 
 Choice select(const Problem& p);
 
-// e.g. "dgrad_gmma_bf16", "dgrad_mma_3xtf32", "pad3+dgrad_gmma_3xfp16", "dgrad_cublas_fold",
+// e.g. "dgrad_gmma_bf16", "dgrad_mma_3xtf32", "pad3+dgrad_gmma_3xfp16",
+// "slice3x2+dgrad_gmma_bf16", "dgrad_cublas_fold",
 // "dgrad_cudnn"
 std::string name(const Choice& c);
 

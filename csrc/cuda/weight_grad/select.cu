@@ -1,18 +1,19 @@
 // The weight gradient's kernel choice. Decision tree, first match wins:
 //
 //  1. float64                               -> generic  [the reference; no tensor-core kernel]
-//  2. 1 or 2 input channels                 -> pad3 + the 3-channel choice [a zero channel is cheaper than cuDNN, at any batch]
-//  3. !tc_shape                             -> cudnn    [outside the kernels' limits: K = 64 or 96, ...]
-//  4. small_images                          -> cudnn    [too few output pixels to fill the split-K slices]
-//  5. 16-bit input still channels_last      -> cudnn    [no 16-bit kernel reads channels_last rows well]
+//  2. other than 3 channels                 -> slices of 3 (input_slices_pay) + the rest for 3, else cudnn
+//  3. K other than 64 or 96                 -> slices of 96 filters (filter_slices_pay) + the rest for 96 (or 64), else cudnn
+//  4. !tc_shape                             -> cudnn    [outside the kernels' limits]
+//  5. small_images                          -> cudnn    [too few output pixels to fill the split-K slices]
+//  6. 16-bit input still channels_last      -> cudnn    [no 16-bit kernel reads channels_last rows well]
 // float32 (3xFP16 / 3xTF32 for "highest"; "high" and "medium" take TF32):
-//  6. wgmma, grad_output 16-byte aligned    -> gmma 3xFP16 | TF32  [dy staged by 16-byte copies]
-//  7.                                       -> mma.sync 3xTF32 | TF32
+//  7. wgmma, grad_output 16-byte aligned    -> gmma 3xFP16 | TF32  [dy staged by 16-byte copies]
+//  8.                                       -> mma.sync 3xTF32 | TF32
 // bf16 / fp16:
-//  8. wgmma, planes_shape, planes_aligned, planes_fit -> planes  [A and B by descriptor, no gather]
-//  9. wgmma, grad_output 16-byte aligned, pairs_ok    -> gmma 16-bit
-// 10. pairs_ok, grad_output 4-byte aligned  -> mma.sync, 4-byte pair copies
-// 11.                                       -> mma.sync, register-staged, any strides
+//  9. wgmma, planes_shape, planes_aligned, planes_fit -> planes  [A and B by descriptor, no gather]
+// 10. wgmma, grad_output 16-byte aligned, pairs_ok    -> gmma 16-bit
+// 11. pairs_ok, grad_output 4-byte aligned  -> mma.sync, 4-byte pair copies
+// 12.                                       -> mma.sync, register-staged, any strides
 // The wgmma kernel copies input rows by 16 bytes (vec) where vec_ok, else by
 // 4 (one fp32 element or a 16-bit pair).
 
@@ -20,6 +21,7 @@
 
 #include "../common/constants.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace alexop::cuda::weight_grad {
@@ -60,6 +62,26 @@ bool vec_ok(const Problem& p) {
   return !p.nhwc && p.W % per16 == 0 && p.input_align >= 16;
 }
 
+// Slices of 3 input channels: 1 or 2 channels always (cuDNN's few-channel
+// weight gradients are slow); 4 to 16 in float32, 4 to 8 of an even width
+// in 16-bit (the odd width's strided kernel and more slices lose to cuDNN).
+bool input_slices_pay(const Problem& p) {
+  if (p.C < 1) return false;
+  if (p.C < kC) return true;
+  if (p.dtype == ScalarType::Float) return p.C <= kMaxSlicedChannels;
+  return p.C <= 8 && p.W % 2 == 0;
+}
+
+// Slices of up to 96 filters: with 3 channels always; beside input slices
+// only where cuDNN's kernel is full fp32 (its TF32 and 16-bit ones win), and
+// for 1 or 2 channels only where it is not (its fp32 ones are quick there).
+bool filter_slices_pay(const Problem& p) {
+  if (p.K < 1 || p.K > kMaxFilters) return false;
+  if (p.C == kC) return true;
+  const bool cudnn_fp32 = p.dtype == ScalarType::Float && p.math == Fp32Math::kAccurate;
+  return p.C > kC ? cudnn_fp32 : !cudnn_fp32;
+}
+
 Choice make(Kernel k, const Problem& p, MathMode mode) {
   Choice c;
   c.kernel = k;
@@ -96,25 +118,32 @@ Choice select(const Problem& p) {
   c.dtype = p.dtype;
   c.transposed = p.transposed;
   if (p.dtype == ScalarType::Double) return c;
-  if (p.C >= 1 && p.C < kC) {
-    Problem q = p;
-    q.C = kC;  // a fresh NCHW copy with zero channels added
+  c.kernel = Kernel::kCudnn;
+  Problem q = p;
+  if (p.C != kC) {
+    if (!input_slices_pay(p)) return c;
+    q.C = kC;  // each slice a fresh NCHW copy, the last with zero channels added
     q.nhwc = false;
     q.transposed = false;
     q.input_stride0 = kC * p.H * p.W;
     q.input_align = 16;
-    Choice padded = select(q);
-    padded.pad3 = padded.kernel != Kernel::kCudnn;
-    return padded;
   }
-  c.kernel = Kernel::kCudnn;
-  if (!tc_shape(p) || small_images(p) || (p.dtype != ScalarType::Float && p.nhwc)) return c;
-  return p.dtype == ScalarType::Float ? select_fp32(p) : select_16(p);
+  if (p.K != 64 && p.K != 96) {
+    if (!filter_slices_pay(p)) return c;
+    q.K = filter_width(std::min(p.K, kFilterSlice));
+    q.grad_output_align = 16;  // each slice a fresh copy
+  }
+  if (!tc_shape(q) || small_images(q) || (q.dtype != ScalarType::Float && q.nhwc)) return c;
+  c = q.dtype == ScalarType::Float ? select_fp32(q) : select_16(q);
+  if (p.C != kC) c.slices = input_slices(p.C);
+  if (p.K != q.K) c.filter_slices = (int)((p.K + kFilterSlice - 1) / kFilterSlice);
+  return c;
 }
 
 std::string name(const Choice& c) {
   if (c.kernel == Kernel::kGeneric || c.kernel == Kernel::kCudnn) return kKernelNames[(int)c.kernel];
-  std::string s = c.pad3 ? "pad3+" : c.transposed ? "nhwc3_to_nchw+" : "";
+  std::string s = c.slices > 0 ? slices_prefix(c.slices) : c.transposed ? "nhwc3_to_nchw+" : "";
+  if (c.filter_slices > 0) s += "kslice" + std::to_string(kFilterSlice) + "x" + std::to_string(c.filter_slices) + "+";
   s += kKernelNames[(int)c.kernel];
   s += "_";
   s += c.mode == k16 ? (c.dtype == ScalarType::Half ? "fp16" : "bf16") : kModeNames[c.mode];

@@ -37,13 +37,21 @@ struct Choice {
   int channels = 0;         // the K it is built for: 64 or 96
   bool vec = false;         // kGmma: input rows by 16-byte copies
   bool transposed = false;  // the input was transposed first (a kernel of its own)
-  bool pad3 = false;        // the input (1 or 2 channels) is zero-padded to 3 first
+  int slices = 0;           // the input cut into slices of 3 channels first (forward/select.h)
+  // 0: grad_output as it is; n: its channels in n slices of up to
+  // kFilterSlice (the last zero-padded to 64 or 96), a fresh copy each
+  int filter_slices = 0;
 };
+
+// The filters of a filter slice; the kernels are built for 64 and 96.
+constexpr int64_t kFilterSlice = 96;
+inline int64_t filter_width(int64_t filters) { return filters <= 64 ? 64 : 96; }
 
 Choice select(const Problem& p);
 
 // e.g. "wgrad_planes_bf16_c96", "wgrad_gmma_3xfp16_c96_vec",
-// "nhwc3_to_nchw+wgrad_planes_bf16_c96", "pad3+wgrad_mma_3xtf32_c64", "wgrad_cudnn",
+// "nhwc3_to_nchw+wgrad_planes_bf16_c96", "pad3+wgrad_mma_3xtf32_c64",
+// "slice3x2+wgrad_planes_bf16_c96", "kslice96x2+wgrad_gmma_tf32_c96_vec", "wgrad_cudnn",
 // "wgrad_generic"
 std::string name(const Choice& c);
 
