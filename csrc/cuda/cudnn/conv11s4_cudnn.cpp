@@ -2,6 +2,8 @@
 
 #include "../../conv11s4.h"
 #include "../common/problem.h"
+#include "layout.h"
+#include "relayout.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/_convolution.h>
@@ -40,15 +42,16 @@ class CudnnTf32Scope {
 
 at::Context& context() { return at::globalContext(); }
 
-// The layout the forward hands cuDNN (rules and their timings: the S17 rows
-// of docs/perf-history.md). alexop's outputs are NCHW, so a channels_last
-// cuDNN result is copied back; the caller's layout stands unless cuDNN's own
-// kernels differ by more than that copy: full fp32 runs NCHW (cuDNN's fp32
-// kernels are NCHW ones), TF32 with a C_out that is not a multiple of 64
-// runs channels_last (there cuDNN's NCHW TF32 kernels are the slow ones), a
-// 16-bit channels_last input whose output would be the larger copy goes
-// NCHW, and one small image runs NCHW (its input is cheap to copy).
-at::MemoryFormat forward_layout(const at::Tensor& input, int64_t K, int64_t output_pixels, bool allow_tf32) {
+// The forward's layout where none has been timed (layout.h); the rules and
+// their timings are the S17 rows of docs/perf-history.md. alexop's outputs
+// are NCHW, so a channels_last cuDNN result is copied back; the caller's
+// layout stands unless cuDNN's own kernels differ by more than that copy:
+// full fp32 runs NCHW (cuDNN's fp32 kernels are NCHW ones), TF32 with a
+// C_out that is not a multiple of 64 runs channels_last (there cuDNN's NCHW
+// TF32 kernels are the slow ones), a 16-bit channels_last input whose output
+// would be the larger copy goes NCHW, and one small image runs NCHW (its
+// input is cheap to copy).
+at::MemoryFormat forward_guess(const at::Tensor& input, int64_t K, int64_t output_pixels, bool allow_tf32) {
   const auto caller = input.suggest_memory_format();
   const auto nchw = at::MemoryFormat::Contiguous, nhwc = at::MemoryFormat::ChannelsLast;
   if (one_small_image(output_pixels)) return nchw;
@@ -64,6 +67,17 @@ int64_t output_pixels(const at::Tensor& input, int64_t padding) {
   return input.size(0) * out(2) * out(3);
 }
 
+enum class Op { kForward, kInputGrad, kWeightGrad };
+
+// The layout cache's key (layout.h): the op, its operands' device, dtype,
+// sizes and layout, and the precision.
+LayoutKey layout_key(Op op, const at::Tensor& x, at::IntArrayRef size, int64_t K, int64_t padding,
+                     bool allow_tf32, bool bias) {
+  return {(int64_t)op, x.get_device(), (int64_t)x.scalar_type(), allow_tf32,
+          size[0],     size[1],        size[2],                   size[3],
+          K,           padding,        (int64_t)x.suggest_memory_format(), bias};
+}
+
 }  // namespace
 
 at::Tensor conv11s4_cudnn(
@@ -74,13 +88,18 @@ at::Tensor conv11s4_cudnn(
     bool allow_tf32) {
   const int64_t pad[] = {padding, padding};
   const int64_t no_output_padding[] = {0, 0};
-  const auto layout = forward_layout(input, weight.size(0), output_pixels(input, padding), allow_tf32);
-  return at::_convolution(
-             input.contiguous(layout), weight.contiguous(layout), bias, kStrides, pad, kDilation,
-             /*transposed=*/false, no_output_padding,
-             /*groups=*/1, context().benchmarkCuDNN(), context().deterministicCuDNN(),
-             context().userEnabledCuDNN(), allow_tf32)
-      .contiguous();
+  const auto run = [&](at::MemoryFormat layout) {
+    const auto y = at::_convolution(
+        relayout(input, layout), relayout(weight, layout), bias, kStrides, pad, kDilation,
+        /*transposed=*/false, no_output_padding, /*groups=*/1, context().benchmarkCuDNN(),
+        context().deterministicCuDNN(), context().userEnabledCuDNN(), allow_tf32);
+    return relayout(y, at::MemoryFormat::Contiguous);
+  };
+  const int64_t K = weight.size(0);
+  const auto layout = faster_layout(
+      layout_key(Op::kForward, input, input.sizes(), K, padding, allow_tf32, bias.has_value() && bias->defined()),
+      forward_guess(input, K, output_pixels(input, padding), allow_tf32), run);
+  return run(layout);
 }
 
 at::Tensor conv11s4_backward_input_cudnn(
@@ -91,19 +110,23 @@ at::Tensor conv11s4_backward_input_cudnn(
     bool allow_tf32) {
   // The input gradient is the transposed convolution of grad_output; the
   // rows and columns the forward's windows never reached (at most 3) come
-  // back as output padding. cuDNN's channels_last kernels for it are the
-  // fast ones (its NCHW TF32 ones take up to 4x as long).
+  // back as output padding. Untimed, it runs channels_last: cuDNN's NCHW
+  // TF32 kernels for it took up to 4x as long.
   const int64_t pad[] = {padding, padding};
   const int64_t output_padding[] = {
       input_size[2] + 2 * padding - ((grad_output.size(2) - 1) * kStride + kKernelSize),
       input_size[3] + 2 * padding - ((grad_output.size(3) - 1) * kStride + kKernelSize)};
-  const auto nhwc = at::MemoryFormat::ChannelsLast;
-  return at::_convolution(
-             grad_output.contiguous(nhwc), weight.contiguous(nhwc), std::nullopt, kStrides, pad, kDilation,
-             /*transposed=*/true,
-             output_padding, /*groups=*/1, context().benchmarkCuDNN(), context().deterministicCuDNN(),
-             context().userEnabledCuDNN(), allow_tf32)
-      .contiguous();
+  const auto run = [&](at::MemoryFormat layout) {
+    const auto dx = at::_convolution(
+        relayout(grad_output, layout), relayout(weight, layout), std::nullopt, kStrides, pad, kDilation,
+        /*transposed=*/true, output_padding, /*groups=*/1, context().benchmarkCuDNN(),
+        context().deterministicCuDNN(), context().userEnabledCuDNN(), allow_tf32);
+    return relayout(dx, at::MemoryFormat::Contiguous);
+  };
+  const auto layout = faster_layout(
+      layout_key(Op::kInputGrad, grad_output, input_size, weight.size(0), padding, allow_tf32, false),
+      at::MemoryFormat::ChannelsLast, run);
+  return run(layout);
 }
 
 std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cudnn(
@@ -114,19 +137,26 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cudnn(
     bool bias_grad,
     bool allow_tf32) {
   // Only the weight's sizes and options are read by the weight gradient.
-  // Everything NCHW, grad_output's layout (alexop's outputs are NCHW): cuDNN
-  // in one layout beats a mixed one, and a copy of grad_output costs more
-  // than its channels_last kernels save (docs/perf-history.md, S17).
-  const auto weight = at::empty({out_channels, input.size(1), kKernelSize, kKernelSize}, input.options());
+  // Untimed, it runs NCHW, grad_output's layout (alexop's outputs are NCHW):
+  // cuDNN in one layout beats a mixed one, and a copy of grad_output cost
+  // more than its channels_last kernels saved (docs/perf-history.md, S17).
   const int64_t pad[] = {padding, padding};
   const int64_t no_output_padding[] = {0, 0};
   const int64_t bias_sizes[] = {out_channels};
   const CudnnTf32Scope tf32(allow_tf32);
-  auto [unused, grad_weight, grad_bias] = at::convolution_backward(
-      grad_output.contiguous(), input.contiguous(), weight,
-      bias_grad ? at::OptionalIntArrayRef(bias_sizes) : at::OptionalIntArrayRef(), kStrides, pad,
-      kDilation, /*transposed=*/false, no_output_padding, /*groups=*/1, {false, true, bias_grad});
-  return {grad_weight.contiguous(), bias_grad ? grad_bias : at::empty({0}, input.options())};
+  const auto run = [&](at::MemoryFormat layout) {
+    const auto weight = at::empty(
+        {out_channels, input.size(1), kKernelSize, kKernelSize}, input.options().memory_format(layout));
+    auto [unused, grad_weight, grad_bias] = at::convolution_backward(
+        relayout(grad_output, layout), relayout(input, layout), weight,
+        bias_grad ? at::OptionalIntArrayRef(bias_sizes) : at::OptionalIntArrayRef(), kStrides, pad,
+        kDilation, /*transposed=*/false, no_output_padding, /*groups=*/1, {false, true, bias_grad});
+    return std::make_tuple(grad_weight.contiguous(), bias_grad ? grad_bias : at::empty({0}, input.options()));
+  };
+  const auto layout = faster_layout(
+      layout_key(Op::kWeightGrad, input, input.sizes(), out_channels, padding, allow_tf32, bias_grad),
+      at::MemoryFormat::Contiguous, run);
+  return run(layout);
 }
 
 }  // namespace alexop::cuda

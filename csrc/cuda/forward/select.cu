@@ -61,11 +61,10 @@ bool h3_fills_groups(const Problem& p) { return p.dev.sm90a && tiles256(p) * 4 >
 bool h3_fills(const Problem& p) { return h3_fills_groups(p) && p.K <= 96; }
 
 // Input channels the slices beat cuDNN up to, by what cuDNN runs in their
-// place: its full-fp32 kernels are slow at any count; its TF32 kernels win
-// from 3 slices on, its 16-bit ones from 4.
+// place: its full-fp32 kernels are slow at any count; its TF32 and 16-bit
+// kernels win from 3 slices on.
 int64_t max_sliced_channels(const Problem& p) {
-  if (p.dtype != ScalarType::Float) return 8;
-  return p.math == Fp32Math::kAccurate ? kMaxSlicedChannels : 6;
+  return p.dtype == ScalarType::Float && p.math == Fp32Math::kAccurate ? kMaxSlicedChannels : 6;
 }
 
 // The phase-plane kernels serve outputs 48 to 55 wide (AlexNet's) and K <= 96.

@@ -1,0 +1,90 @@
+// The cuDNN fallbacks' layouts, timed once per problem (layout.h).
+
+#include "layout.h"
+
+#include <ATen/Context.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <mutex>
+
+namespace alexop::cuda {
+namespace {
+
+std::mutex& cache_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::map<LayoutKey, at::MemoryFormat>& cache() {
+  static std::map<LayoutKey, at::MemoryFormat> c;
+  return c;
+}
+
+// A CUDA event pair on the current stream: the GPU time of what is queued
+// between start() and stop().
+class Timer {
+ public:
+  Timer() {
+    C10_CUDA_CHECK(cudaEventCreate(&start_));
+    C10_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  ~Timer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+  void start() { C10_CUDA_CHECK(cudaEventRecord(start_, c10::cuda::getCurrentCUDAStream())); }
+  float stop() {
+    C10_CUDA_CHECK(cudaEventRecord(stop_, c10::cuda::getCurrentCUDAStream()));
+    C10_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms;
+  }
+
+ private:
+  cudaEvent_t start_{}, stop_{};
+};
+
+// One call to warm up (cuDNN's algorithm choice, the allocator), then the
+// best of two timed calls.
+float best_time(at::MemoryFormat layout, const std::function<void(at::MemoryFormat)>& run) {
+  run(layout);
+  Timer timer;
+  float best = std::numeric_limits<float>::infinity();
+  for (int i = 0; i < 2; ++i) {
+    timer.start();
+    run(layout);
+    best = std::min(best, timer.stop());
+  }
+  return best;
+}
+
+}  // namespace
+
+at::MemoryFormat faster_layout(
+    const LayoutKey& key, at::MemoryFormat guess, const std::function<void(at::MemoryFormat)>& run) {
+  {
+    const std::lock_guard<std::mutex> lock(cache_mutex());
+    const auto it = cache().find(key);
+    if (it != cache().end()) return it->second;
+  }
+  if (at::globalContext().deterministicCuDNN() || at::globalContext().deterministicAlgorithms() ||
+      c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
+    return guess;
+  }
+  const float nchw = best_time(at::MemoryFormat::Contiguous, run);
+  const float nhwc = best_time(at::MemoryFormat::ChannelsLast, run);
+  const auto faster = nhwc < nchw ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  const std::lock_guard<std::mutex> lock(cache_mutex());
+  cache().emplace(key, faster);
+  return faster;
+}
+
+}  // namespace alexop::cuda

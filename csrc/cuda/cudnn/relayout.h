@@ -1,0 +1,14 @@
+#pragma once
+// Copies between NCHW and channels_last for the cuDNN fallbacks. ATen's
+// copy between the two layouts runs at a fraction of the memory bandwidth
+// (docs/design.md); a tiled transpose of each image's (pixels x channels)
+// matrix through shared memory reads and writes whole rows.
+
+#include <ATen/core/Tensor.h>
+
+namespace alexop::cuda {
+
+// t (4-D, dense) in `layout`: itself if it is already, else a fresh copy.
+at::Tensor relayout(const at::Tensor& t, at::MemoryFormat layout);
+
+}  // namespace alexop::cuda
