@@ -1,13 +1,13 @@
 #pragma once
-// The memory layout a cuDNN fallback runs in. cuDNN's NCHW and channels_last
-// kernels for one convolution differ by up to 3x either way, by shape, dtype,
-// precision and GPU, so no rule measured on one GPU holds: the first call of
-// each problem times both layouts (the copies into and out of them included)
-// and the process keeps the faster. A problem not yet timed takes the guess
-// where timing is not allowed: during CUDA graph capture (nothing may
-// synchronize) and under torch.backends.cudnn.deterministic or
-// torch.use_deterministic_algorithms (a run's layout must not depend on a
-// timing).
+// The memory layout a cuDNN fallback runs in. Which of cuDNN's NCHW and
+// channels_last kernels is faster for one convolution flips with shape,
+// dtype and precision (docs/design.md), and a rule measured on one GPU need
+// not hold on another: the first call of each problem times both layouts
+// (the copies into and out of them included) and the process keeps the
+// faster. A problem not yet timed takes the guess where timing is not
+// allowed: during CUDA graph capture (nothing may synchronize) and under
+// torch.backends.cudnn.deterministic or torch.use_deterministic_algorithms
+// (a run's layout must not depend on a timing).
 
 #include <ATen/core/Tensor.h>
 
