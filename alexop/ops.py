@@ -75,8 +75,10 @@ def kernel_for(input: Tensor, weight: Tensor, padding: int = 2) -> dict[str, str
     Returns:
         ``{"forward": ..., "weight_grad": ..., "input_grad": ...}``, e.g.
         ``"fwd_planes_bf16_c96"``, ``"wgrad_gmma_3xfp16_c96_vec"``,
-        ``"fwd_cudnn"`` on CUDA, ``"cpu_fwd_winograd_avx512"`` on the CPU;
-        ``"none"`` where an empty result needs no kernel.
+        ``"slice3x2+fwd_planes_tf32_c96"`` (4 to 6 input channels, run as two
+        slices of 3), ``"fwd_cudnn"`` (cuDNN, in the memory layout its first
+        call timed faster) on CUDA, ``"cpu_fwd_winograd_avx512"`` on the
+        CPU; ``"none"`` where an empty result needs no kernel.
     """
     forward, weight_grad, input_grad = torch.ops.alexop._kernel_for(input, weight, padding)
     return {"forward": forward, "weight_grad": weight_grad, "input_grad": input_grad}

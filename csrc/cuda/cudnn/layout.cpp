@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <limits>
@@ -79,8 +80,15 @@ at::MemoryFormat faster_layout(
       c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
     return guess;
   }
-  const float nchw = best_time(at::MemoryFormat::Contiguous, run);
-  const float nhwc = best_time(at::MemoryFormat::ChannelsLast, run);
+  float nchw = 0, nhwc = 0;
+  try {
+    nchw = best_time(at::MemoryFormat::Contiguous, run);
+    nhwc = best_time(at::MemoryFormat::ChannelsLast, run);
+  } catch (const c10::Error&) {
+    // the timing's extra copies and workspace may not fit where the guess's
+    // do (or cuDNN may refuse one layout): the guess runs, untimed
+    return guess;
+  }
   const auto faster = nhwc < nchw ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
   const std::lock_guard<std::mutex> lock(cache_mutex());
   cache().emplace(key, faster);
