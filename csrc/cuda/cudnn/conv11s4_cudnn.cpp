@@ -110,8 +110,8 @@ at::Tensor conv11s4_backward_input_cudnn(
     bool allow_tf32) {
   // The input gradient is the transposed convolution of grad_output; the
   // rows and columns the forward's windows never reached (at most 3) come
-  // back as output padding. Untimed, it runs channels_last: cuDNN's NCHW
-  // TF32 kernels for it took up to 4x as long.
+  // back as output padding. Untimed, it runs channels_last, where cuDNN's
+  // TF32 kernels for it are the fast ones (docs/perf-history.md).
   const int64_t pad[] = {padding, padding};
   const int64_t output_padding[] = {
       input_size[2] + 2 * padding - ((grad_output.size(2) - 1) * kStride + kKernelSize),
