@@ -126,11 +126,13 @@ def test_first_layer_choices(c, k, want):
 # (C_in, mode) -> the kernel-name prefixes of (forward, weight_grad, input_grad) for 8 images
 # of 100 x 100, 96 filters: slices of 3 channels where they beat cuDNN's kernels for the same
 # precision (full fp32: up to 16 channels; TF32: the forward up to 6, the input gradient never;
-# 16-bit: the forward up to 6, the gradients up to 8).
+# "high": as TF32, but the forward, fp32-accurate there, never; 16-bit: the forward up to 6, the
+# gradients up to 8).
 SLICED = {
     (4, "fp32"): ("slice3x2+", "slice3x2+", "slice3x2+"),
     (16, "fp32"): ("slice3x6+", "slice3x6+", "slice3x6+"),
     (4, "tf32"): ("slice3x2+", "slice3x2+", "dgrad_cudnn"),
+    (4, "high"): ("fwd_cudnn", "slice3x2+", "dgrad_cudnn"),  # fp32-accurate forward vs cuDNN's TF32
     (8, "tf32"): ("fwd_cudnn", "slice3x3+", "dgrad_cudnn"),
     (8, "bf16"): ("fwd_cudnn", "slice3x3+", "slice3x3+"),
     (16, "bf16"): ("fwd_cudnn", "wgrad_cudnn", "dgrad_cublas_fold"),
@@ -142,7 +144,8 @@ def test_channel_slices_selection(c, mode):
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("alexop's tensor-core kernels need sm_80")
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
-    names = _selection(8, c, 96, (100, 100), 2, dtype, "medium" if mode == "tf32" else "highest", True)
+    precision = {"tf32": "medium", "high": "high"}.get(mode, "highest")
+    names = _selection(8, c, 96, (100, 100), 2, dtype, precision, True)
     got = tuple(names[key] for key in ("forward", "weight_grad", "input_grad"))
     assert all(name.startswith(want) for name, want in zip(got, SLICED[c, mode])), got
 

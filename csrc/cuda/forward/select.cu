@@ -62,9 +62,12 @@ bool h3_fills(const Problem& p) { return h3_fills_groups(p) && p.K <= 96; }
 
 // Input channels the slices beat cuDNN up to, by what cuDNN runs in their
 // place: its full-fp32 kernels are slow at any count; its TF32 and 16-bit
-// kernels win from 3 slices on.
+// kernels win from 3 slices on. Under "high" the slices run the
+// fp32-accurate kernels against cuDNN's TF32 ones, which win from 2 slices.
 int64_t max_sliced_channels(const Problem& p) {
-  return p.dtype == ScalarType::Float && p.math == Fp32Math::kAccurate ? kMaxSlicedChannels : 6;
+  if (p.dtype != ScalarType::Float) return 6;
+  if (p.math == Fp32Math::kBf16x3) return kC;
+  return p.math == Fp32Math::kAccurate ? kMaxSlicedChannels : 6;
 }
 
 // The phase-plane kernels serve outputs 48 to 55 wide (AlexNet's) and K <= 96.
