@@ -10,7 +10,6 @@ import itertools
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import alexop
 from conftest import REL_L2, grads_reference, make_inputs, needs_cuda, precision, reference, rel_l2
@@ -185,9 +184,9 @@ def test_cudnn_fallback_layout_untimed_in_graph_capture_and_deterministic_mode()
         side.wait_stream(torch.cuda.current_stream())
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.stream(side):
-            with torch.backends.cudnn.flags(allow_tf32=False):  # cuDNN warmed up, alexop not
-                for layout in (torch.contiguous_format, torch.channels_last):
-                    F.conv2d(x.contiguous(memory_format=layout), wt.contiguous(memory_format=layout), b, 4, 1)
+            # cuDNN warmed up (it loads an engine's kernels on first use, which capture
+            # forbids) on another problem, both layouts timed: this one's layout is not
+            alexop.conv11s4(torch.cat([x, x[:1]]), wt, b, 1)
             torch.cuda.synchronize()
             with torch.cuda.graph(graph):
                 y = alexop.conv11s4(x, wt, b, 1)
