@@ -37,6 +37,9 @@ SHAPES = [
     pytest.param((12, 5, 128, 96, 96, 0), id="5-channels-slices"),
     pytest.param((8, 6, 64, 127, 127, 3), id="6-channels-slices"),
     pytest.param((8, 16, 64, 127, 127, 1), id="16-channels-slices"),
+    # slices of whole channels read (and the input gradient written) in place
+    pytest.param((8, 6, 64, 128, 128, 2), id="6-channels-views"),
+    pytest.param((4, 12, 96, 96, 96, 2), id="12-channels-views"),
     pytest.param((2, 3, 16, 63, 63, 0), id="16-filters"),
     pytest.param((1, 3, 96, 224, 224, 2), id="one-image"),
 ]

@@ -21,12 +21,16 @@ MODES = [
 ]
 
 # (N, C_in, C_out, H, W, padding): a small shape, and AlexNet's conv1 at batch
-# 8, where the CUDA tensor-core kernels run (small shapes may take others).
+# 8, where the CUDA tensor-core kernels run (small shapes may take others);
+# 6 channels: two slices of 3 on CUDA, the second adding its part to the
+# first's (forward) and read and written in place (views of the images).
 SMALL = (2, 3, 8, 64, 64, 2)
+SLICES = (2, 6, 8, 64, 64, 2)
 ALEXNET = (8, 3, 96, 224, 224, 2)
 CASES = [
     pytest.param("cpu", SMALL, id="cpu"),
     pytest.param("cuda", SMALL, id="cuda", marks=needs_cuda),
+    pytest.param("cuda", SLICES, id="cuda-slices", marks=needs_cuda),
     pytest.param("cuda", ALEXNET, id="cuda-alexnet", marks=[needs_cuda, pytest.mark.slow]),
 ]
 

@@ -24,6 +24,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -58,14 +59,16 @@ at::Tensor dense_input(const at::Tensor& input) {
   return dense(input) ? input : input.contiguous();
 }
 
-// How a dense operand reaches the kernels: channels_last or NCHW (a tensor
-// that is both counts as NCHW), and the alignment of its address.
+// How an operand reaches the kernels: channels_last or NCHW (a tensor that
+// is both counts as NCHW; so does a channel slice of an NCHW tensor, whose
+// images are further apart), and the alignment of its address.
 struct Operand {
   bool nhwc;
   int align;
 };
 Operand operand(const at::Tensor& t) {
-  return {!t.is_contiguous(), cuda::alignment(t.const_data_ptr())};
+  return {!t.is_contiguous() && t.is_contiguous(at::MemoryFormat::ChannelsLast),
+          cuda::alignment(t.const_data_ptr())};
 }
 
 // What the kernel query assumes of a tensor the operator allocates (the CUDA
@@ -131,28 +134,45 @@ at::Tensor slice3(const at::Tensor& t, int64_t g) {
                       : s.contiguous();
 }
 
-// A sliced forward: each slice's convolution into a partial output (the
-// bias in the first), the partials summed into output, in float32 for the
-// 16-bit dtypes (ATen's sum accumulates in float). One slice (1 or 2
-// channels) is written to output directly.
+// Slice g as the 3-channel kernels take it: 3 whole channels of an NCHW
+// input as a view where it is as aligned as a copy would be (so the
+// selectors choose the same kernel for both) and its image stride fits the
+// kernels' 32-bit limit; else a copy (slice3).
+at::Tensor input_slice(const at::Tensor& x, int64_t g) {
+  if (x.is_contiguous() && cuda::kC * (g + 1) <= x.size(1) &&
+      x.stride(0) <= INT32_MAX) {
+    auto view = x.narrow(1, cuda::kC * g, cuda::kC);
+    if (cuda::alignment(view.const_data_ptr()) >= kFresh.align) return view;
+  }
+  return slice3(x, g);
+}
+
+// A sliced forward: each slice's convolution, the bias in the first. In
+// float32 the later slices add theirs to output in memory (the kernels'
+// accumulate); 16-bit slices write partial outputs, summed in float (ATen's
+// sum) into output, each partial rounded once: reductions to 16-bit memory
+// were slow. One slice (1 or 2 channels) writes output directly.
 void forward_slices(
     const at::Tensor& x, const at::Tensor& w, const at::Tensor* bias,
     int64_t padding, int slices, const at::Tensor& output) {
+  const bool in_place = slices == 1 || output.scalar_type() == at::kFloat;
   const int64_t numel = output.numel();
   const int64_t stride = (numel + 7) / 8 * 8;  // partials 16-byte aligned
-  const auto partials =
-      slices == 1 ? output : at::empty({slices * stride}, output.options());
+  const auto partials = in_place
+      ? at::Tensor()
+      : at::empty({slices * stride}, output.options());
   for (int g = 0; g < slices; ++g) {
-    const auto xg = slice3(x, g), wg = slice3(w, g);
-    const auto yg = slices == 1
+    const auto xg = input_slice(x, g), wg = slice3(w, g);
+    const auto yg = in_place
         ? output
         : partials.narrow(0, g * stride, numel).view(output.sizes());
     const auto p = forward_problem(
         xg, wg, padding, operand(xg), cuda::alignment(yg.const_data_ptr()));
     cuda::forward::launch(
-        cuda::forward::select(p), p, {xg, wg, g == 0 ? bias : nullptr, yg});
+        cuda::forward::select(p), p,
+        {xg, wg, g == 0 ? bias : nullptr, yg, in_place && g > 0});
   }
-  if (slices > 1) {
+  if (!in_place) {
     auto flat = output.view({numel});
     const int64_t over_slices[] = {0};
     at::sum_out(
@@ -226,18 +246,25 @@ at::Tensor conv11s4_backward_input_cuda(
     return grad_input;
   }
   // each slice's gradient computed for 3 channels (zero weights added past
-  // the last), then joined and cut to C
+  // the last) straight into grad_input's channels, or for a last slice of
+  // fewer channels into a buffer, then copied
+  const int64_t C = input_size[1];
   const int64_t size3[] = {input_size[0], cuda::kC, input_size[2], input_size[3]};
   const cuda::input_grad::Problem p3{problem_base(grad_output, size3, w.size(0), padding)};
   const auto choice3 = cuda::input_grad::select(p3);
-  std::vector<at::Tensor> slices;
+  auto grad_input = at::empty(input_size, grad_output.options());
   for (int g = 0; g < choice.slices; ++g) {
+    const int64_t c0 = cuda::kC * g, n = std::min<int64_t>(cuda::kC, C - c0);
     const auto wg = slice3(w, g);
-    slices.push_back(at::empty(size3, grad_output.options()));
-    cuda::input_grad::launch(choice3, p3, {gy, wg, slices.back()});
+    if (n == cuda::kC) {
+      cuda::input_grad::launch(choice3, p3, {gy, wg, grad_input.narrow(1, c0, n)});
+    } else {
+      const auto part = at::empty(size3, grad_output.options());
+      cuda::input_grad::launch(choice3, p3, {gy, wg, part});
+      grad_input.narrow(1, c0, n).copy_(part.narrow(1, 0, n));
+    }
   }
-  const auto joined = slices.size() == 1 ? slices[0] : at::cat(slices, 1);
-  return joined.narrow(1, 0, input_size[1]).contiguous();
+  return grad_input;
 }
 
 // The weight gradient of all K filters for one input operand x (the input as
@@ -300,7 +327,7 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
   std::vector<at::Tensor> grad_weights;
   for (int g = 0; g < std::max(choice.slices, 1); ++g) {
     const auto x = choice.slices > 0
-        ? slice3(input, g)
+        ? input_slice(input, g)
         : cuda::weight_grad::prepare_input(input, prep);
     grad_weights.push_back(weight_grad_filters(
         gy, x, K, padding, choice.filter_slices > 0, choice.transposed,

@@ -186,6 +186,32 @@ template <typename T> __device__ __forceinline__ T from_f(float v) { return stat
 template <> __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
 
+// A sliced float32 forward's later channel slices add their part to the
+// first's in memory, without waiting for y (a reduction, red): a
+// load-add-store would wait for each load in turn, as the compiler cannot
+// move a load above stores that may alias it. (16-bit reductions ran far
+// slower: those slices write partial outputs instead.) The fp32 reduction
+// may flush subnormal sums to zero.
+__device__ __forceinline__ void red_add(float* y, float v) {
+  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(y), "f"(v));
+}
+// f(std::true_type{}) where a float32 output is accumulated, else
+// f(std::false_type{}): the flag taken out of an epilogue's loops.
+template <typename T, typename F> __device__ __forceinline__ void with_accumulate(bool accumulate, F&& f) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (accumulate) return f(std::true_type{});
+  }
+  f(std::false_type{});
+}
+// An output element written, or added to y (ADD, from with_accumulate).
+template <typename ADD, typename T> __device__ __forceinline__ void put(T* y, float v) {
+  if constexpr (ADD::value) {
+    red_add(y, v);
+  } else {
+    *y = from_f<T>(v);
+  }
+}
+
 // 3xFP16 (the forward's kH3, the weight gradient's MODE 3). fp16 keeps 11
 // significant bits, as TF32 does, but only the exponents -24..15, so each
 // operand is first scaled by a power of two that puts its largest finite

@@ -72,9 +72,11 @@ struct Params {
   // space-to-depth patch (PW is its row length in blocks, CS the bytes of
   // one whole patch buffer)
   int gs;
-  // exact_output: the weights as given (K, 3, 11, 11) and x's element strides
+  // exact_output: the weights as given (K, 3, 11, 11); x's element strides
+  // (the copies too: an image of a channel slice is C channels from the next)
   const void* w;
   exact::Strides xs;
+  int accumulate;  // float: add to y's values (put), as a sliced forward's later slices do
 };
 
 // k steps of the padded reduction (k16 for 16-bit operands and bf16x3 /
@@ -158,7 +160,7 @@ __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, 
           for (int w = lane; w < p.wcopy; w += 32) dst[w] = from_f<T>(0.f);
           continue;
         }
-        const T* src = x + ((size_t)(tg.n * kC + c) * p.H + h) * p.W;
+        const T* src = x + (size_t)tg.n * p.xs.n + ((size_t)c * p.H + h) * p.W;
         if (p.vec) {
           constexpr int V = 16 / sizeof(T);
 #pragma unroll 1

@@ -44,6 +44,8 @@ inline Params make_params(const Problem& pr, const TilePlan& t, const Args& a, c
   p.gs = t.gs;
   p.w = a.weight.data_ptr();
   p.xs = exact::dense(p.H, p.W, pr.nhwc);
+  p.xs.n = a.input.stride(0);
+  p.accumulate = a.accumulate ? 1 : 0;
   return p;
 }
 

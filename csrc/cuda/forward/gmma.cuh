@@ -275,25 +275,28 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
       T* y0 = static_cast<T*>(p.y) + ((size_t)tg.n * p.K + kg0 + 2 * t) * p.PQ + mrow;
       T* y1 = y0 + p.PQ;
       // predicate-free stores unless the tile or the channel count is ragged
-      auto store = [&](auto full) {
+      auto store = [&](auto full, auto add) {
+        using Add = decltype(add);
 #pragma unroll
         for (int j = 0; j < NT8; ++j) {
           const int ch = j * 8 + 2 * t;
           const float2 bv = *reinterpret_cast<const float2*>(sbias + ch);
           if (full || ch < kend) {
-            if (full || ok0) y0[0] = from_f<T>(acc[j * 4] + bv.x);
-            if (full || ok1) y0[8] = from_f<T>(acc[j * 4 + 2] + bv.x);
+            if (full || ok0) put<Add>(y0, acc[j * 4] + bv.x);
+            if (full || ok1) put<Add>(y0 + 8, acc[j * 4 + 2] + bv.x);
           }
           if (full || ch + 1 < kend) {
-            if (full || ok0) y1[0] = from_f<T>(acc[j * 4 + 1] + bv.y);
-            if (full || ok1) y1[8] = from_f<T>(acc[j * 4 + 3] + bv.y);
+            if (full || ok0) put<Add>(y1, acc[j * 4 + 1] + bv.y);
+            if (full || ok1) put<Add>(y1 + 8, acc[j * 4 + 3] + bv.y);
           }
           y0 += jstep;
           y1 += jstep;
         }
       };
-      if (ok1 && kend >= NT8 * 8) store(std::true_type{});
-      else store(std::false_type{});
+      with_accumulate<T>(p.accumulate, [&](auto add) {
+        if (ok1 && kend >= NT8 * 8) store(std::true_type{}, add);
+        else store(std::false_type{}, add);
+      });
     }
   }
 #endif

@@ -9,12 +9,15 @@
 namespace alexop::cuda::forward {
 
 // The operands as the problem describes them: input dense (NCHW or
-// channels_last), weight and bias contiguous, output NCHW, uninitialised.
+// channels_last; or 3 channels of an NCHW tensor of more, a view of whole
+// images' channel slices), weight and bias contiguous, output NCHW,
+// uninitialised unless accumulate.
 struct Args {
   const at::Tensor& input;
   const at::Tensor& weight;
   const at::Tensor* bias;  // null without bias
   const at::Tensor& output;
+  bool accumulate = false;  // float32: add the convolution to output's values
 };
 
 void launch(const Choice& c, const Problem& p, const Args& a);

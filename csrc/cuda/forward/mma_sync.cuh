@@ -324,23 +324,25 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
         return ch < kend && m < tg.mend ? exact_output<T>(p, tg.n, kg0 + ch, m) : v;
       });
       T* y = static_cast<T*>(p.y) + (size_t)kg0 * p.PQ;
+      with_accumulate<T>(p.accumulate, [&](auto add) {
 #pragma unroll
-      for (int j = 0; j < NTW; ++j) {
+        for (int j = 0; j < NTW; ++j) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int ch = (nh * NTW + j) * 8 + 2 * t + e;
-          if (ch >= kend) continue;
-          const float bv = sbias[ch];
-          T* yc = y + ((size_t)tg.n * p.K + ch) * p.PQ;
+          for (int e = 0; e < 2; ++e) {
+            const int ch = (nh * NTW + j) * 8 + 2 * t + e;
+            if (ch >= kend) continue;
+            const float bv = sbias[ch];
+            T* yc = y + ((size_t)tg.n * p.K + ch) * p.PQ;
 #pragma unroll
-          for (int a = 0; a < 2; ++a)
+            for (int a = 0; a < 2; ++a)
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-              const int m = mj + a * 16 + hh * 8 + g;
-              if (m < tg.mend) yc[m] = from_f<T>(acc[a][j][hh * 2 + e] + bv);
-            }
+              for (int hh = 0; hh < 2; ++hh) {
+                const int m = mj + a * 16 + hh * 8 + g;
+                if (m < tg.mend) put<decltype(add)>(yc + m, acc[a][j][hh * 2 + e] + bv);
+              }
+          }
         }
-      }
+      });
     }
   }
 }

@@ -226,6 +226,7 @@ struct Params {
   int vec8;   // float, even padding and width, 8-byte aligned: 8-byte copies
   int units;  // channels_last by unit types: 16-bit always, TF32 with 8-byte copies
   const T* w;  // the weights as given (K, 3, 11, 11): the exact recomputation reads them
+  int accumulate;  // float: add to y's values (put), as a sliced forward's later slices do
 };
 
 // B for NT channels in wgmma's K-major layout: per k step two blocks (its
@@ -577,18 +578,20 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
         ok[h] = q < p.Q && pp < p.P;
         off[h] = (int64_t)n * p.K * p.PQ + pp * p.Q + q;
       }
+      with_accumulate<T>(p.accumulate, [&](auto add) {
 #pragma unroll
-      for (int j = 0; j < NT8; ++j) {
+        for (int j = 0; j < NT8; ++j) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int ch = 8 * j + c0 + e;
-          if (ch >= p.K) continue;
-          const float b = sbias[ch];
+          for (int e = 0; e < 2; ++e) {
+            const int ch = 8 * j + c0 + e;
+            if (ch >= p.K) continue;
+            const float b = sbias[ch];
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (ok[h]) p.y[off[h] + (int64_t)ch * p.PQ] = from_f<T>(acc[4 * j + 2 * h + e] + b);
+            for (int h = 0; h < 2; ++h)
+              if (ok[h]) put<decltype(add)>(p.y + off[h] + (int64_t)ch * p.PQ, acc[4 * j + 2 * h + e] + b);
+          }
         }
-      }
+      });
     }
   }
 }
@@ -662,7 +665,7 @@ void launch(const Problem& pr, const Args& a) {
   Params<T> p{};
   set_sizes(p, pr);
   const int hw = p.H * p.W;
-  p.sN = (int64_t)kC * hw;
+  p.sN = a.input.stride(0);  // a channel slice's images are C channels apart
   p.sC = pr.nhwc ? 1 : hw;
   p.sY = pr.nhwc ? kC * p.W : p.W;
   p.sX = pr.nhwc ? kC : 1;
@@ -684,6 +687,7 @@ void launch(const Problem& pr, const Args& a) {
   p.w = static_cast<const T*>(a.weight.data_ptr());
   p.bias = a.bias != nullptr ? static_cast<const T*>(a.bias->data_ptr()) : nullptr;
   p.y = static_cast<T*>(a.output.data_ptr());
+  p.accumulate = a.accumulate ? 1 : 0;
   allow_max_dynamic_smem(conv11s4_fwd_planes_kernel<T, NT8>);
   launch_dependent(conv11s4_fwd_planes_kernel<T, NT8>, (unsigned)std::min<int64_t>(total, pr.dev.num_sms),
                    kThreads<T>, S::kBytes, stream, p);

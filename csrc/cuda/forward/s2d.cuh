@@ -59,7 +59,7 @@ struct S2dCopy {
   bool hok;
 
   __device__ __forceinline__ void start(const Params& p, const TileGeom& tg, uint32_t patch, int warp, int lane) {
-    x = static_cast<const T*>(p.x) + (size_t)tg.n * kC * p.H * p.W;
+    x = static_cast<const T*>(p.x) + (size_t)tg.n * p.xs.n;
     units = ((tg.mend - 1) / p.Q - tg.p_lo + 3) * kS2G;
     p_lo = tg.p_lo;
     dst0 = patch;

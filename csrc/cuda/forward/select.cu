@@ -215,9 +215,9 @@ Choice select(const Problem& p) {
   if (slices_pay(p)) {
     Problem q = p;
     q.C = kC;
-    q.nhwc = false;  // a slice is a fresh NCHW tensor
+    q.nhwc = false;  // a slice is an NCHW view or copy, 16-byte aligned
     q.input_align = 16;
-    if (p.C > kC) q.output_align = 16;  // and so is each partial output
+    if (p.C > kC) q.output_align = 16;  // and so is a partial output
     Choice c = select(q);
     if (c.kernel == Kernel::kCudnn) return cudnn(p);
     c.slices = input_slices(p.C);

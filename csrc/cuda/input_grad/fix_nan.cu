@@ -21,11 +21,12 @@ __global__ void __launch_bounds__(kFixThreads) dgrad_fix_nan_kernel(const Params
   const int64_t plane = (int64_t)p.H * p.W, total = (int64_t)p.N * kC * plane;
   for (int64_t i = blockIdx.x * (int64_t)kFixThreads + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * kFixThreads) {
-    if (!isnan(to_f(dx[i]))) continue;
-    const int64_t nc = i / plane, hw = i - nc * plane;
+    const int64_t nc = i / plane, hw = i - nc * plane, n = nc / kC;
+    T* e = dx + n * p.dxs + (nc - n * kC) * plane + hw;
+    if (!isnan(to_f(*e))) continue;
     const int h = (int)(hw / p.W), x = (int)(hw - (int64_t)h * p.W);
-    dx[i] = from_f<T>(exact::input_grad(static_cast<const T*>(p.dy), p.K, p.P, p.Q, static_cast<const T*>(p.w),
-                                        p.pad, (int)(nc / kC), (int)(nc % kC), h, x));
+    *e = from_f<T>(exact::input_grad(static_cast<const T*>(p.dy), p.K, p.P, p.Q, static_cast<const T*>(p.w),
+                                     p.pad, (int)n, (int)(nc - n * kC), h, x));
   }
 }
 

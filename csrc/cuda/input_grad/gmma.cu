@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_dgrad_gmma_kernel(const
     for (int i = 0; i < NACC; ++i) pin(acc[i]);
     if (active) {
       flag_nan<NACC>(p, acc);
-      T* dx = static_cast<T*>(p.dx) + (size_t)tg.n * kC * p.H * p.W;
+      T* dx = static_cast<T*>(p.dx) + (size_t)tg.n * p.dxs;
 #pragma unroll
       for (int nt = 0; nt < kGNT8; ++nt) store_dx_n8(p, dx, &acc[4 * nt], nt, t, y0, x0);
     }

@@ -11,7 +11,9 @@ namespace alexop::cuda::input_grad {
 struct Args {
   const at::Tensor& grad_output;  // (N, K, P, Q) contiguous
   const at::Tensor& weight;       // (K, C, 11, 11) contiguous
-  const at::Tensor& grad_input;   // (N, C, H, W) NCHW, uninitialised
+  // (N, C, H, W) NCHW, uninitialised; for the phase kernels also a view of
+  // 3 channels of an NCHW tensor of more (images further apart)
+  const at::Tensor& grad_input;
 };
 
 void launch(const Choice& c, const Problem& p, const Args& a);

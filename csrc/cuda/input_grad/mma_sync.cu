@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_dgrad_tc_kernel(const Pa
     // a = 2*(nt&1) + (t>>1), channel c = nt>>1, from its own pair and lane t^1's.
     {
       flag_nan<2 * kNT8 * 4>(p, MODE == k3xTf32 ? &tot[0][0][0] : &acc[0][0][0]);
-      T* dx = static_cast<T*>(p.dx) + (size_t)tg.n * kC * p.H * p.W;
+      T* dx = static_cast<T*>(p.dx) + (size_t)tg.n * p.dxs;
       const bool odd = t & 1;
 #pragma unroll
       for (int a = 0; a < 2; ++a)

@@ -71,6 +71,7 @@ struct Params {
   const uint4* wfrag;
   const void* w;  // the weights as given (K, 3, 11, 11): the exact recomputation reads them
   void* dx;
+  int64_t dxs;    // dx's image stride: C * H * W of a channel slice's grad_input
   int* nan_flag;  // set to 1 where a result came out NaN (flag_nan)
   int N, K, H, W, P, Q, pad;
   int P0s, Q0s, PS, QS;      // first super-pixel row/col and counts

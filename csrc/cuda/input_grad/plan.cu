@@ -74,6 +74,7 @@ at::Tensor bind(const Args& a, size_t wbytes, Params& p) {
   p.dy = a.grad_output.data_ptr();
   p.w = a.weight.data_ptr();
   p.dx = gx.data_ptr();
+  p.dxs = gx.stride(0);
   const size_t flag_at = (wbytes + 15) / 16 * 16;
   const at::Tensor wbuf = scratch(a.grad_output, (int64_t)flag_at + 16);
   p.wfrag = static_cast<const uint4*>(wbuf.data_ptr());

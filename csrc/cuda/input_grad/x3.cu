@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(kXThreads, 1) conv11s4_dgrad_x3_kernel(const P
   auto epilogue = [&](int tl) {
     flag_nan<kGNT8 * 4>(p, tot);
     const CellPos c = cell_pos(tl * kXMT + wg * 64 + wq * 16 + (t & 1) * 8 + g);
-    float* dxp = static_cast<float*>(p.dx) + (size_t)c.n * kC * p.H * p.W;
+    float* dxp = static_cast<float*>(p.dx) + (size_t)c.n * p.dxs;
 #pragma unroll
     for (int nt = 0; nt < kGNT8; ++nt) store_dx_n8(p, dxp, &tot[4 * nt], nt, t, c.y0, c.x0);
 #pragma unroll

@@ -360,7 +360,7 @@ void launch(const Problem& pr, const Args& a) {
   const at::Tensor &go = a.grad_output, &in = a.input;
   Params<T> p{};
   set_sizes(p, pr);
-  p.sN = (int64_t)kC * p.H * p.W;
+  p.sN = in.stride(0);  // a channel slice's images are C channels apart
   p.tiles_per_img = (p.P + kTR - 1) / kTR;
   p.total_tiles = (int)tiles(pr);
   const int grid = (int)std::min<int64_t>(p.total_tiles, pr.dev.num_sms);

@@ -122,10 +122,10 @@ Choice select(const Problem& p) {
   Problem q = p;
   if (p.C != kC) {
     if (!input_slices_pay(p)) return c;
-    q.C = kC;  // each slice a fresh NCHW copy, the last with zero channels added
+    q.C = kC;  // each slice an NCHW view or copy (the last with zero channels added)
     q.nhwc = false;
     q.transposed = false;
-    q.input_stride0 = kC * p.H * p.W;
+    q.input_stride0 = kC * p.H * p.W;  // a view's is larger, taken only where it fits too
     q.input_align = 16;
   }
   if (p.K != 64 && p.K != 96) {
