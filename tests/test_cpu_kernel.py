@@ -8,7 +8,8 @@ import alexop
 from conftest import REL_L2, assert_matches, grads_reference, make_inputs, reference, rel_l2
 from test_nonfinite import _poison, assert_nonfinite_match
 
-# alexop picks the best instruction set the CPU has; ALEXOP_CPU_CAPABILITY lowers it.
+# alexop picks the best instruction set the CPU has; ALEXOP_CPU_CAPABILITY lowers it, and makes
+# alexop's kernels run for every shape (no ATen where they would be the slower).
 ISAS = ["avx512", "avx2", "default"]
 
 
@@ -94,6 +95,21 @@ def test_grad_output_layouts(isa):
 
 def test_alexnet_layer(isa):
     _check_all(*make_inputs(1, 3, 96, 224, 224), 2, torch.float32)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_aten_where_alexop_is_slower(channels_last, dtype):
+    """Shapes whose ops go to ATen (few pixels and filters; many channels for the input
+    gradient) compute F.conv2d as alexop's kernels do: NCHW results, float64's values."""
+    x, wt, b = make_inputs(2, 9, 16, 47, 39, dtype=dtype)
+    assert set(alexop.kernel_for(x, wt, 1).values()) == {"cpu_fwd_aten", "cpu_wgrad_aten", "cpu_dgrad_aten"}
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    _check_all(x, wt, b, 1, dtype)
+    grad = torch.randn(2, 16, 10, 8).to(dtype)
+    gw, gb = torch.ops.alexop.conv11s4_backward_weight(grad, x, 1, False)
+    assert gw.is_contiguous() and gb.shape == (0,)
 
 
 def test_empty_batch():

@@ -21,7 +21,7 @@ def _cpu_names(forward_and_weight_grad, isa):
 def test_cpu_names(monkeypatch):
     # Winograd with AVX-512 for float32 (float16 and bfloat16 run in float32), direct otherwise;
     # ALEXOP_CPU_CAPABILITY=default gives the same names on every CPU.
-    x, w, _ = make_inputs(2, 3, 8, 32, 32)
+    x, w, _ = make_inputs(1, 3, 96, 224, 224)
     best = alexop.kernel_for(x, w)
     assert best in [_cpu_names("winograd", "avx512"), _cpu_names("direct", "avx2"), _cpu_names("direct", "default")]
     assert alexop.kernel_for(x.half(), w.half()) == best
@@ -30,6 +30,34 @@ def test_cpu_names(monkeypatch):
     assert alexop.kernel_for(x, w) == _cpu_names("direct", "default")
     assert alexop.kernel_for(x, w, padding=0) == _cpu_names("direct", "default")
     assert alexop.kernel_for(x[:0], w) == dict.fromkeys(KEYS, "none")
+
+
+# (N, C_in, C_out, H): where alexop's CPU kernels are slower than ATen's (oneDNN), ATen runs:
+# the forward and weight gradient under 48 filters or 32 x 32 output pixels (55 x 55 with 1-3
+# channels); the input gradient beyond 8 channels, or beyond 4 under 32 x 32 pixels
+# (csrc/cpu/select.cpp, docs/cpu.md).
+CPU_CHOICES = [
+    ((1, 3, 96, 224), ("alexop", "alexop", "alexop")),  # AlexNet's conv1, one image
+    ((2, 3, 8, 32), ("aten", "aten", "alexop")),
+    ((8, 3, 32, 227), ("aten", "aten", "alexop")),
+    ((1, 3, 64, 127), ("aten", "aten", "alexop")),
+    ((8, 16, 96, 227), ("alexop", "alexop", "aten")),
+    ((8, 6, 96, 63), ("alexop", "alexop", "alexop")),
+    ((1, 6, 96, 63), ("aten", "aten", "aten")),
+    ((8, 3, 64, 63), ("aten", "aten", "alexop")),
+]
+
+
+@pytest.mark.parametrize("size,want", CPU_CHOICES, ids=lambda v: str(v))
+def test_cpu_aten_where_alexop_is_slower(size, want, monkeypatch):
+    n, c, k, h = size
+    x, w, _ = make_inputs(n, c, k, h, h)
+    got = alexop.kernel_for(x, w)
+    assert tuple("aten" if v.endswith("_aten") else "alexop" for v in got.values()) == want, got
+    assert alexop.kernel_for(x.bfloat16(), w.bfloat16()) == got  # computed in float32
+    assert "aten" not in str(alexop.kernel_for(x.double(), w.double()))  # ATen's float64 is its slow one
+    monkeypatch.setenv("ALEXOP_CPU_CAPABILITY", "default")  # a named instruction set: alexop's kernels
+    assert "aten" not in str(alexop.kernel_for(x, w))
 
 
 def test_checks_arguments_like_the_forward():

@@ -105,10 +105,11 @@ def test_gradients_nonfinite_where_conv2d_is(device, shape, dtype, mode, bound, 
     leaves = [t.detach().requires_grad_() for t in (x, wt, b)]
     with precision(mode):
         got = torch.autograd.grad(alexop.conv11s4(*leaves, p), leaves, grad)
-        if alexop.kernel_for(x, wt, p)["weight_grad"] == "wgrad_cudnn":
-            # Handed to cuDNN, the weight gradient is F.conv2d's on this GPU, which leaves out
-            # the padded pixels: an infinite grad_output next to the padding gives ±Inf there
-            # where the CPU's float64 F.conv2d multiplies the padding's zeros and gives NaN.
+        if alexop.kernel_for(x, wt, p)["weight_grad"] in ("wgrad_cudnn", "cpu_wgrad_aten"):
+            # Handed to cuDNN or oneDNN, the weight gradient is F.conv2d's on this device and
+            # dtype, which leaves out the padded pixels: an infinite grad_output next to the
+            # padding gives ±Inf there where float64 F.conv2d multiplies the padding's zeros
+            # and gives NaN.
             want[1] = _device_weight_grad(x, wt, grad, p)
     assert not want[1].isfinite().all()
     for name, g, r in zip(("input", "weight", "bias"), got, want):
@@ -116,7 +117,10 @@ def test_gradients_nonfinite_where_conv2d_is(device, shape, dtype, mode, bound, 
 
 
 def _device_weight_grad(x, wt, grad, p):
-    """F.conv2d's weight gradient on the tensors' own device and dtype, as float64 on the CPU."""
-    w = wt.detach().requires_grad_()
-    out = torch.nn.functional.conv2d(x.detach(), w, None, stride=4, padding=p)
+    """F.conv2d's weight gradient as alexop's fallback computes it, as float64 on the CPU: on the
+    tensors' own device and in their dtype (on the CPU, 16-bit dtypes in float32, as there)."""
+    reduced = x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16)
+    x, wt, grad = (t.detach().float() if reduced else t.detach() for t in (x, wt, grad))
+    w = wt.requires_grad_()
+    out = torch.nn.functional.conv2d(x, w, None, stride=4, padding=p)
     return torch.autograd.grad(out, w, grad)[0].double().cpu()

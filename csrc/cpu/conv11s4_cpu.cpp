@@ -13,8 +13,10 @@
 // bfloat16 (what CPU autocast produces) are computed in float32.
 
 #include "../conv11s4.h"
+#include "aten.h"
 #include "kernels.h"
 #include "packing.h"
+#include "select.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -775,6 +777,10 @@ at::Tensor conv11s4_cpu(
   if (output.numel() == 0) {
     return output;
   }
+  if (cpu::aten_forward(cpu::problem(
+          input.scalar_type(), input.sizes(), weight.size(0), padding))) {
+    return cpu::forward_aten(input, weight, bias_opt, padding);
+  }
   advise_huge_pages(output);
   const auto w = weight.contiguous();
   const auto bias = has_bias ? bias_opt->contiguous() : at::Tensor();
@@ -800,10 +806,14 @@ at::Tensor conv11s4_backward_input_cpu(
                input_size_sym, padding)
         .to(grad_output.scalar_type());
   }
-  auto grad_input = at::empty(
-      C10_AS_INTARRAYREF_SLOW(input_size_sym), grad_output.options());
+  const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
+  auto grad_input = at::empty(input_size, grad_output.options());
   if (grad_input.numel() == 0) {
     return grad_input;
+  }
+  if (cpu::aten_input_grad(cpu::problem(
+          grad_output.scalar_type(), input_size, weight.size(0), padding))) {
+    return cpu::input_grad_aten(grad_output, weight, input_size, padding);
   }
   advise_huge_pages(grad_input);
   const auto w = weight.contiguous();
@@ -832,6 +842,10 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cpu(
   if (input.size(0) == 0) {
     return {at::zeros({K, C, kKernelSize, kKernelSize}, input.options()),
             grad_bias};
+  }
+  if (cpu::aten_weight_grad(
+          cpu::problem(input.scalar_type(), input.sizes(), K, padding))) {
+    return cpu::weight_grad_aten(grad_output, input, K, padding, bias_grad);
   }
   auto grad_weight = at::empty({K, C, kKernelSize, kKernelSize}, input.options());
   AT_DISPATCH_FLOATING_TYPES(

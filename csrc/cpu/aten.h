@@ -1,0 +1,23 @@
+#pragma once
+// ATen's convolution for the CPU ops where select.h chooses it: what F.conv2d
+// and its autograd compute, in the caller's memory layout; the results NCHW,
+// as alexop's always are.
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <tuple>
+
+namespace alexop::cpu {
+
+at::Tensor forward_aten(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias, int64_t padding);
+
+at::Tensor input_grad_aten(
+    const at::Tensor& grad_output, const at::Tensor& weight, at::IntArrayRef input_size, int64_t padding);
+
+// (grad_weight, grad_bias); grad_bias of shape (0,) without bias_grad.
+std::tuple<at::Tensor, at::Tensor> weight_grad_aten(
+    const at::Tensor& grad_output, const at::Tensor& input, int64_t K, int64_t padding, bool bias_grad);
+
+}  // namespace alexop::cpu
