@@ -23,6 +23,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/nan_to_num.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/accumulate.h>
 #include <c10/util/irange.h>
 #include <torch/library.h>
 
@@ -770,16 +771,16 @@ at::Tensor conv11s4_cpu(
                input.to(at::kFloat), weight.to(at::kFloat), bias, padding)
         .to(input.scalar_type());
   }
-  auto output = at::empty(
-      {size[0].expect_int(), size[1].expect_int(), size[2].expect_int(),
-       size[3].expect_int()},
-      input.options());
-  if (output.numel() == 0) {
-    return output;
-  }
-  if (cpu::aten_forward(cpu::problem(
+  const int64_t out_size[] = {size[0].expect_int(), size[1].expect_int(),
+                              size[2].expect_int(), size[3].expect_int()};
+  if (c10::multiply_integers(at::IntArrayRef(out_size)) > 0 &&
+      cpu::aten_forward(cpu::problem(
           input.scalar_type(), input.sizes(), weight.size(0), padding))) {
     return cpu::forward_aten(input, weight, bias_opt, padding);
+  }
+  auto output = at::empty(out_size, input.options());
+  if (output.numel() == 0) {
+    return output;
   }
   advise_huge_pages(output);
   const auto w = weight.contiguous();
@@ -807,13 +808,14 @@ at::Tensor conv11s4_backward_input_cpu(
         .to(grad_output.scalar_type());
   }
   const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
+  if (c10::multiply_integers(input_size) > 0 &&
+      cpu::aten_input_grad(cpu::problem(
+          grad_output.scalar_type(), input_size, weight.size(0), padding))) {
+    return cpu::input_grad_aten(grad_output, weight, input_size, padding);
+  }
   auto grad_input = at::empty(input_size, grad_output.options());
   if (grad_input.numel() == 0) {
     return grad_input;
-  }
-  if (cpu::aten_input_grad(cpu::problem(
-          grad_output.scalar_type(), input_size, weight.size(0), padding))) {
-    return cpu::input_grad_aten(grad_output, weight, input_size, padding);
   }
   advise_huge_pages(grad_input);
   const auto w = weight.contiguous();
