@@ -29,11 +29,11 @@ namespace {
 
 // Output pixels over the batch: one AlexNet image's, and the fewest at
 // which alexop's forward, weight gradient and input gradient beyond 4
-// channels win (they lost at 450 and won or tied from 529 on).
+// channels win (docs/cpu.md).
 constexpr int64_t kOneImage = 55 * 55;
 constexpr int64_t kFewPixels = 512;
-// Filters: one register block of the forward's micro-kernels (48 channels);
-// the weight gradient's won from 32 on.
+// Filters: one register block of the forward's micro-kernels; the weight
+// gradient's accumulate over pixels and win from fewer.
 constexpr int64_t kMinForwardFilters = 48;
 constexpr int64_t kMinWeightGradFilters = 32;
 // The input gradient's channels beyond which oneDNN's is the faster.
