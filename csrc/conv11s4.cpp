@@ -313,6 +313,13 @@ std::array<c10::SymInt, 4> check_conv11s4_backward_weight(
   return size;
 }
 
+at::MemoryFormat output_memory_format(const at::Tensor& x, const at::Tensor& weight) {
+  const auto nhwc = at::MemoryFormat::ChannelsLast;
+  return x.suggest_memory_format() == nhwc || weight.suggest_memory_format() == nhwc
+      ? nhwc
+      : at::MemoryFormat::Contiguous;
+}
+
 void check_dtype(
     const char* op,
     const at::Tensor& t,

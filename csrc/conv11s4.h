@@ -16,7 +16,7 @@ constexpr int64_t kKernelSize = 11;
 constexpr int64_t kStride = 4;
 
 // y = conv2d(input, weight, bias, stride=4, padding=padding) for an 11x11
-// weight. The result is always a contiguous NCHW tensor.
+// weight, in the memory format output_memory_format(input, weight).
 at::Tensor conv11s4(
     const at::Tensor& input,
     const at::Tensor& weight,
@@ -24,15 +24,17 @@ at::Tensor conv11s4(
     int64_t padding);
 
 // Gradient of conv11s4 with respect to its input, whose sizes are
-// input_size (N, C, H, W): a stride-4 transposed convolution of grad_output.
+// input_size (N, C, H, W): a stride-4 transposed convolution of grad_output,
+// in the memory format output_memory_format(grad_output, weight).
 at::Tensor conv11s4_backward_input(
     const at::Tensor& grad_output,
     const at::Tensor& weight,
     c10::SymIntArrayRef input_size,
     int64_t padding);
 
-// Gradients of conv11s4 with respect to weight and, when bias_grad, bias.
-// Without bias_grad the second result is an empty tensor of shape (0,).
+// Gradients of conv11s4 with respect to weight and, when bias_grad, bias,
+// contiguous. Without bias_grad the second result is an empty tensor of
+// shape (0,).
 std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight(
     const at::Tensor& grad_output,
     const at::Tensor& input,
@@ -60,6 +62,14 @@ std::array<c10::SymInt, 4> check_conv11s4_backward_weight(
     const at::Tensor& grad_output,
     const at::Tensor& input,
     int64_t padding);
+
+// The memory format of a result computed from x (the input, or
+// grad_output) and weight, by F.conv2d's rule: channels_last where either
+// suggests it (Tensor::suggest_memory_format), else contiguous NCHW, so a
+// channels_last model keeps its layout from layer to layer. (F.conv2d on
+// CUDA makes float64 results NCHW; alexop's follow the rule in every dtype:
+// a Meta kernel cannot tell the devices apart.)
+at::MemoryFormat output_memory_format(const at::Tensor& x, const at::Tensor& weight);
 
 // Every backend's dtype check: `supported` lists what the backend computes.
 void check_dtype(

@@ -70,6 +70,22 @@ def assert_matches(out, ref, dtype):
         torch.testing.assert_close(out.detach().double().cpu(), ref, atol=tol, rtol=tol)
 
 
+def assert_layout_like(out, ref):
+    """out is laid out as ref, F.conv2d's result for operands of the same layouts
+    (reference() and grads_reference() keep them): the same strides wherever a
+    dimension of more than one element makes them count. Empty batches are not
+    compared: F.conv2d returns those NCHW whatever the operands' layouts."""
+    assert out.shape == ref.shape
+    if ref.numel() == 0:
+        return
+    assert significant_strides(out) == significant_strides(ref), f"strides {out.stride()}, F.conv2d's {ref.stride()}"
+
+
+def significant_strides(t):
+    """t's strides of dimensions of more than one element: the others address nothing."""
+    return [s for s, n in zip(t.stride(), t.shape) if n > 1]
+
+
 def make_inputs(n, c_in, c_out, h, w, dtype=torch.float32, device="cpu", bias=True, seed=0):
     """Random inputs scaled like a real first layer: U[0,1) images, nn.Conv2d-style weights."""
     g = torch.Generator().manual_seed(seed)

@@ -4,7 +4,16 @@ import pytest
 import torch
 
 import alexop
-from conftest import DEVICES, assert_matches, make_inputs, needs_cuda, reference
+from conftest import (
+    DEVICES,
+    assert_layout_like,
+    assert_matches,
+    grads_reference,
+    make_inputs,
+    needs_cuda,
+    reference,
+    significant_strides,
+)
 
 # (H, W, padding): the smallest valid input, odd and non-square sizes,
 # AlexNet's 224 with p=2 (output 55) and the original 227 with p=0.
@@ -39,20 +48,35 @@ def _layouts(x, wt):
 @pytest.mark.parametrize("bias", [True, False])
 def test_any_strides(device, bias):
     x, wt, b = make_inputs(3, 3, 16, 41, 37, device=device, bias=bias)
-    ref = reference(x, wt, b)
     for name, xs, ws in _layouts(x, wt):
         out = alexop.conv11s4(xs, ws, b)
-        assert out.is_contiguous(), name
+        ref = reference(xs, ws, b)
+        assert_layout_like(out, ref)
         assert_matches(out, ref, torch.float32)
 
 
-def test_output_layout_is_contiguous_nchw_like_meta():
-    x, wt, b = make_inputs(2, 3, 8, 31, 31)
-    x = x.to(memory_format=torch.channels_last)
-    real = alexop.conv11s4(x, wt, b)
-    meta = alexop.conv11s4(x.to("meta"), wt.to("meta"), b.to("meta"))
-    assert real.shape == meta.shape and real.stride() == meta.stride()
-    assert real.is_contiguous()
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("c_in", [1, 3, 4])
+def test_output_layout_like_conv2d_and_meta(device, dtype, c_in):
+    """The result is channels_last where the input or the weight is, as F.conv2d's
+    (one channel is NCHW and channels_last at once: NCHW); the input gradient follows
+    grad_output and the weight in the same way; the Meta kernels agree."""
+    x, wt, b = make_inputs(2, c_in, 8, 31, 31, dtype=dtype, device=device)
+    cl = torch.channels_last
+    for xs, ws in [(x, wt), (x.to(memory_format=cl), wt), (x, wt.to(memory_format=cl)),
+                   (x.to(memory_format=cl), wt.to(memory_format=cl))]:
+        real = alexop.conv11s4(xs, ws, b)
+        meta = alexop.conv11s4(xs.to("meta"), ws.to("meta"), b.to("meta"))
+        assert significant_strides(real) == significant_strides(meta)
+        assert_layout_like(real, reference(xs, ws, b))
+        grad = torch.randn_like(real)  # real's layout, as autograd passes it
+        gx = torch.ops.alexop.conv11s4_backward_input(grad, ws, list(x.shape), 2)
+        gx_meta = torch.ops.alexop.conv11s4_backward_input(grad.to("meta"), ws.to("meta"), list(x.shape), 2)
+        assert significant_strides(gx) == significant_strides(gx_meta)
+        assert_layout_like(gx, grads_reference(xs, ws, b, grad, 2)[0])
+        gw, _ = torch.ops.alexop.conv11s4_backward_weight(grad, xs, 2, True)
+        assert gw.is_contiguous()
 
 
 @pytest.mark.parametrize(

@@ -92,6 +92,20 @@ def test_convert_torchvision_alexnet():
     assert rel_l2(got, want) <= 1e-4
 
 
+def test_convert_keeps_a_channels_last_model_channels_last():
+    """A model and input in channels_last: the converted layer's output and its input
+    gradient stay channels_last, as nn.Conv2d's do, so the next layer gets no copy."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 16, 11, stride=4, padding=2).to(memory_format=torch.channels_last)
+    layer = alexop.Conv11s4.from_conv2d(conv)
+    x = torch.rand(2, 3, 63, 63).to(memory_format=torch.channels_last).requires_grad_()
+    for m in (conv, layer):
+        y = m(x)
+        assert y.is_contiguous(memory_format=torch.channels_last) and not y.is_contiguous()
+        (gx,) = torch.autograd.grad(y, x, torch.ones_like(y))
+        assert gx.is_contiguous(memory_format=torch.channels_last) and not gx.is_contiguous()
+
+
 class _Scaled(torch.nn.Conv2d):
     """A subclass with a forward of its own: convert() must not lose it."""
 

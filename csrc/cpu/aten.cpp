@@ -25,7 +25,7 @@ at::Tensor forward_aten(
   const int64_t pad[] = {padding, padding};
   return at::convolution(input, weight, bias, kStrides, pad, kDilation, /*transposed=*/false, kNoOutputPadding,
                          /*groups=*/1)
-      .contiguous();
+      .contiguous(output_memory_format(input, weight));
 }
 
 at::Tensor input_grad_aten(
@@ -35,7 +35,7 @@ at::Tensor input_grad_aten(
   return std::get<0>(at::convolution_backward(grad_output, input, weight, std::nullopt, kStrides, pad, kDilation,
                                               /*transposed=*/false, kNoOutputPadding, /*groups=*/1,
                                               {true, false, false}))
-      .contiguous();
+      .contiguous(output_memory_format(grad_output, weight));
 }
 
 std::tuple<at::Tensor, at::Tensor> weight_grad_aten(

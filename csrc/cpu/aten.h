@@ -1,7 +1,8 @@
 #pragma once
 // ATen's convolution for the CPU ops where select.h chooses it: what F.conv2d
-// and its autograd compute, in the caller's memory layout; the results NCHW,
-// as alexop's always are.
+// and its autograd compute, in the caller's memory layout; the results in
+// the memory format alexop's other kernels give (output_memory_format), the
+// weight gradient contiguous.
 
 #include <ATen/core/Tensor.h>
 

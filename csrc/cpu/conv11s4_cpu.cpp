@@ -778,10 +778,11 @@ at::Tensor conv11s4_cpu(
           input.scalar_type(), input.sizes(), weight.size(0), padding))) {
     return cpu::forward_aten(input, weight, bias_opt, padding);
   }
-  auto output = at::empty(out_size, input.options());
-  if (output.numel() == 0) {
-    return output;
+  const auto format = output_memory_format(input, weight);
+  if (c10::multiply_integers(at::IntArrayRef(out_size)) == 0) {
+    return at::empty(out_size, input.options().memory_format(format));
   }
+  auto output = at::empty(out_size, input.options());  // the kernels write NCHW
   advise_huge_pages(output);
   const auto w = weight.contiguous();
   const auto bias = has_bias ? bias_opt->contiguous() : at::Tensor();
@@ -790,7 +791,7 @@ at::Tensor conv11s4_cpu(
                       has_bias ? bias.const_data_ptr<scalar_t>() : nullptr,
                       padding, output);
   });
-  return output;
+  return output.contiguous(format);
 }
 
 at::Tensor conv11s4_backward_input_cpu(
@@ -813,17 +814,18 @@ at::Tensor conv11s4_backward_input_cpu(
           grad_output.scalar_type(), input_size, weight.size(0), padding))) {
     return cpu::input_grad_aten(grad_output, weight, input_size, padding);
   }
-  auto grad_input = at::empty(input_size, grad_output.options());
-  if (grad_input.numel() == 0) {
-    return grad_input;
+  const auto format = output_memory_format(grad_output, weight);
+  if (c10::multiply_integers(input_size) == 0) {
+    return at::empty(input_size, grad_output.options().memory_format(format));
   }
+  auto grad_input = at::empty(input_size, grad_output.options());  // the kernels write NCHW
   advise_huge_pages(grad_input);
   const auto w = weight.contiguous();
   AT_DISPATCH_FLOATING_TYPES(
       grad_output.scalar_type(), "conv11s4_backward_input_cpu", [&] {
         input_grad<scalar_t>(grad_output, w, padding, grad_input);
       });
-  return grad_input;
+  return grad_input.contiguous(format);
 }
 
 std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cpu(

@@ -9,6 +9,7 @@
 #include "../conv11s4.h"
 #include "common/constants.h"
 #include "common/device.h"
+#include "common/relayout.h"
 #include "cudnn/conv11s4_cudnn.h"
 #include "forward/launch.h"
 #include "input_grad/launch.h"
@@ -204,13 +205,17 @@ at::Tensor conv11s4_cuda(
   const auto w = weight.contiguous();
   const auto p = forward_problem(x, w, padding, operand(x), kFresh.align);
   const auto choice = cuda::forward::select(p);
+  const auto format = output_memory_format(input, weight);
   if (choice.kernel == cuda::forward::Kernel::kCudnn) {
-    return cuda::conv11s4_cudnn(input, weight, bias_opt, padding, cudnn_tf32());
+    return cuda::conv11s4_cudnn(
+        input, weight, bias_opt, padding, cudnn_tf32(), format);
   }
-  auto output = at::empty(
-      {size[0].expect_int(), size[1].expect_int(), size[2].expect_int(),
-       size[3].expect_int()},
-      input.options());
+  const int64_t out_size[] = {size[0].expect_int(), size[1].expect_int(),
+                              size[2].expect_int(), size[3].expect_int()};
+  if (choice.kernel == cuda::forward::Kernel::kNone) {
+    return at::empty(out_size, input.options().memory_format(format));
+  }
+  auto output = at::empty(out_size, input.options());  // the kernels write NCHW
   const bool has_bias = bias_opt.has_value() && bias_opt->defined();
   const auto b = has_bias ? bias_opt->contiguous() : at::Tensor();
   if (choice.slices > 0) {
@@ -218,7 +223,7 @@ at::Tensor conv11s4_cuda(
   } else {
     cuda::forward::launch(choice, p, {x, w, has_bias ? &b : nullptr, output});
   }
-  return output;
+  return cuda::relayout(output, format);
 }
 
 at::Tensor conv11s4_backward_input_cuda(
@@ -231,19 +236,24 @@ at::Tensor conv11s4_backward_input_cuda(
       "alexop.conv11s4_backward_input", grad_output, kCudaTypes, "CUDA");
   const c10::cuda::CUDAGuard guard(grad_output.device());
   const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
-  const auto gy = grad_output.contiguous();
-  const auto w = weight.contiguous();
   const cuda::input_grad::Problem p{
-      problem_base(grad_output, input_size, w.size(0), padding)};
+      problem_base(grad_output, input_size, weight.size(0), padding)};
   const auto choice = cuda::input_grad::select(p);
+  const auto format = output_memory_format(grad_output, weight);
   if (choice.kernel == cuda::input_grad::Kernel::kCudnn) {
     return cuda::conv11s4_backward_input_cudnn(
-        gy, w, input_size, padding, cudnn_tf32());
+        grad_output, weight, input_size, padding, cudnn_tf32(), format);
   }
+  if (choice.kernel == cuda::input_grad::Kernel::kNone) {
+    return at::empty(input_size, grad_output.options().memory_format(format));
+  }
+  // the kernels read and write NCHW
+  const auto gy = cuda::relayout(grad_output, at::MemoryFormat::Contiguous);
+  const auto w = weight.contiguous();
   if (choice.slices == 0) {
     auto grad_input = at::empty(input_size, grad_output.options());
     cuda::input_grad::launch(choice, p, {gy, w, grad_input});
-    return grad_input;
+    return cuda::relayout(grad_input, format);
   }
   // each slice's gradient computed for 3 channels (zero weights added past
   // the last) straight into grad_input's channels, or for a last slice of
@@ -264,7 +274,7 @@ at::Tensor conv11s4_backward_input_cuda(
       grad_input.narrow(1, c0, n).copy_(part.narrow(1, 0, n));
     }
   }
-  return grad_input;
+  return cuda::relayout(grad_input, format);
 }
 
 // The weight gradient of all K filters for one input operand x (the input as
@@ -313,14 +323,18 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
       "alexop.conv11s4_backward_weight", input, kCudaTypes, "CUDA");
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t K = wsize[0].expect_int();
-  const auto gy = grad_output.contiguous();
+  // the kernels read grad_output NCHW: a copy of any other is fresh
+  const int gy_align = grad_output.is_contiguous()
+      ? cuda::alignment(grad_output.const_data_ptr())
+      : kFresh.align;
   const auto prep = cuda::weight_grad::input_prep(input);
-  const auto choice = cuda::weight_grad::select(weight_grad_problem_of(
-      input, K, padding, prep, cuda::alignment(gy.const_data_ptr())));
+  const auto choice = cuda::weight_grad::select(
+      weight_grad_problem_of(input, K, padding, prep, gy_align));
   if (choice.kernel == cuda::weight_grad::Kernel::kCudnn) {
     return cuda::conv11s4_backward_weight_cudnn(
-        gy, input, K, padding, bias_grad, cudnn_tf32());
+        grad_output, input, K, padding, bias_grad, cudnn_tf32());
   }
+  const auto gy = cuda::relayout(grad_output, at::MemoryFormat::Contiguous);
   auto grad_bias = at::empty({bias_grad ? K : 0}, input.options());
   // each slice's weight gradient for 3 channels (the bias's with the
   // first), then joined and cut to C

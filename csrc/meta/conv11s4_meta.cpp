@@ -1,6 +1,7 @@
 // Meta kernels: shapes only, in SymInts, so FakeTensor tracing (torch.compile,
 // torch.export, AOTInductor) works with dynamic batch and image sizes. The
-// outputs are contiguous like every real kernel's.
+// outputs have the memory format every real kernel gives them
+// (output_memory_format).
 
 #include "../conv11s4.h"
 
@@ -16,7 +17,7 @@ at::Tensor conv11s4_meta(
     const std::optional<at::Tensor>& bias,
     int64_t padding) {
   const auto size = check_conv11s4(input, weight, bias, padding);
-  return at::empty_symint(size, input.options());
+  return at::empty_symint(size, input.options().memory_format(output_memory_format(input, weight)));
 }
 
 at::Tensor conv11s4_backward_input_meta(
@@ -25,7 +26,8 @@ at::Tensor conv11s4_backward_input_meta(
     c10::SymIntArrayRef input_size,
     int64_t padding) {
   check_conv11s4_backward_input(grad_output, weight, input_size, padding);
-  return at::empty_symint(input_size, grad_output.options());
+  return at::empty_symint(
+      input_size, grad_output.options().memory_format(output_memory_format(grad_output, weight)));
 }
 
 std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_meta(

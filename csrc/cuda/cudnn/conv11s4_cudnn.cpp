@@ -2,8 +2,8 @@
 
 #include "../../conv11s4.h"
 #include "../common/problem.h"
+#include "../common/relayout.h"
 #include "layout.h"
-#include "relayout.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/_convolution.h>
@@ -43,22 +43,19 @@ class CudnnTf32Scope {
 at::Context& context() { return at::globalContext(); }
 
 // The forward's layout where none has been timed (layout.h); the rules and
-// their timings are the S17 rows of docs/perf-history.md. alexop's outputs
-// are NCHW, so a channels_last cuDNN result is copied back; the caller's
-// layout stands unless cuDNN's own kernels differ by more than that copy:
-// full fp32 runs NCHW (cuDNN's fp32 kernels are NCHW ones), TF32 with a
-// C_out that is not a multiple of 64 runs channels_last (there cuDNN's NCHW
-// TF32 kernels are the slow ones), a 16-bit channels_last input whose output
-// would be the larger copy goes NCHW, and one small image runs NCHW (its
-// input is cheap to copy).
-at::MemoryFormat forward_guess(const at::Tensor& input, int64_t K, int64_t output_pixels, bool allow_tf32) {
-  const auto caller = input.suggest_memory_format();
+// their timings are the S17 rows of docs/perf-history.md. The result leaves
+// in the caller's format (output_memory_format); that layout stands unless
+// cuDNN's own kernels differ by more than the copies: full fp32 runs NCHW
+// (cuDNN's fp32 kernels are NCHW ones), TF32 with a C_out that is not a
+// multiple of 64 runs channels_last (there cuDNN's NCHW TF32 kernels are the
+// slow ones), and one small image runs NCHW (its tensors are cheap to copy).
+at::MemoryFormat forward_guess(int64_t K, int64_t output_pixels, at::ScalarType dtype, bool allow_tf32,
+                               at::MemoryFormat format) {
   const auto nchw = at::MemoryFormat::Contiguous, nhwc = at::MemoryFormat::ChannelsLast;
   if (one_small_image(output_pixels)) return nchw;
-  if (input.scalar_type() == at::kFloat && !allow_tf32) return nchw;
-  if (input.scalar_type() == at::kFloat) return K % 64 != 0 ? nhwc : caller;
-  const bool output_larger = K * output_pixels > input.numel();
-  return caller == nhwc && output_larger ? nchw : caller;
+  if (dtype == at::kFloat && !allow_tf32) return nchw;
+  if (dtype == at::kFloat && K % 64 != 0) return nhwc;
+  return format;
 }
 
 // Output pixels over the batch.
@@ -70,12 +67,12 @@ int64_t output_pixels(const at::Tensor& input, int64_t padding) {
 enum class Op { kForward, kInputGrad, kWeightGrad };
 
 // The layout cache's key (layout.h): the op, its operands' device, dtype,
-// sizes and layout, and the precision.
+// sizes and layouts (x's and the result's), and the precision.
 LayoutKey layout_key(Op op, const at::Tensor& x, at::IntArrayRef size, int64_t K, int64_t padding,
-                     bool allow_tf32, bool bias) {
+                     bool allow_tf32, bool bias, at::MemoryFormat format) {
   return {(int64_t)op, x.get_device(), (int64_t)x.scalar_type(), allow_tf32,
           size[0],     size[1],        size[2],                   size[3],
-          K,           padding,        (int64_t)x.suggest_memory_format(), bias};
+          K,           padding,        (int64_t)x.suggest_memory_format(), (int64_t)format * 2 + bias};
 }
 
 }  // namespace
@@ -85,7 +82,8 @@ at::Tensor conv11s4_cudnn(
     const at::Tensor& weight,
     const std::optional<at::Tensor>& bias,
     int64_t padding,
-    bool allow_tf32) {
+    bool allow_tf32,
+    at::MemoryFormat format) {
   const int64_t pad[] = {padding, padding};
   const int64_t no_output_padding[] = {0, 0};
   const auto run = [&](at::MemoryFormat layout) {
@@ -93,12 +91,13 @@ at::Tensor conv11s4_cudnn(
         relayout(input, layout), relayout(weight, layout), bias, kStrides, pad, kDilation,
         /*transposed=*/false, no_output_padding, /*groups=*/1, context().benchmarkCuDNN(),
         context().deterministicCuDNN(), context().userEnabledCuDNN(), allow_tf32);
-    return relayout(y, at::MemoryFormat::Contiguous);
+    return relayout(y, format);
   };
   const int64_t K = weight.size(0);
   const auto layout = faster_layout(
-      layout_key(Op::kForward, input, input.sizes(), K, padding, allow_tf32, bias.has_value() && bias->defined()),
-      forward_guess(input, K, output_pixels(input, padding), allow_tf32), run);
+      layout_key(Op::kForward, input, input.sizes(), K, padding, allow_tf32, bias.has_value() && bias->defined(),
+                 format),
+      forward_guess(K, output_pixels(input, padding), input.scalar_type(), allow_tf32, format), run);
   return run(layout);
 }
 
@@ -107,7 +106,8 @@ at::Tensor conv11s4_backward_input_cudnn(
     const at::Tensor& weight,
     at::IntArrayRef input_size,
     int64_t padding,
-    bool allow_tf32) {
+    bool allow_tf32,
+    at::MemoryFormat format) {
   // The input gradient is the transposed convolution of grad_output; the
   // rows and columns the forward's windows never reached (at most 3) come
   // back as output padding. Untimed, it runs channels_last, where cuDNN's
@@ -121,10 +121,10 @@ at::Tensor conv11s4_backward_input_cudnn(
         relayout(grad_output, layout), relayout(weight, layout), std::nullopt, kStrides, pad, kDilation,
         /*transposed=*/true, output_padding, /*groups=*/1, context().benchmarkCuDNN(),
         context().deterministicCuDNN(), context().userEnabledCuDNN(), allow_tf32);
-    return relayout(dx, at::MemoryFormat::Contiguous);
+    return relayout(dx, format);
   };
   const auto layout = faster_layout(
-      layout_key(Op::kInputGrad, grad_output, input_size, weight.size(0), padding, allow_tf32, false),
+      layout_key(Op::kInputGrad, grad_output, input_size, weight.size(0), padding, allow_tf32, false, format),
       at::MemoryFormat::ChannelsLast, run);
   return run(layout);
 }
@@ -137,9 +137,9 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cudnn(
     bool bias_grad,
     bool allow_tf32) {
   // Only the weight's sizes and options are read by the weight gradient.
-  // Untimed, it runs NCHW, grad_output's layout (alexop's outputs are NCHW):
-  // cuDNN in one layout beats a mixed one, and a copy of grad_output cost
-  // more than its channels_last kernels saved (docs/perf-history.md, S17).
+  // Untimed, it runs in grad_output's layout: cuDNN in one layout beats a
+  // mixed one, and a copy of grad_output cost more than its channels_last
+  // kernels saved (docs/perf-history.md, S17).
   const int64_t pad[] = {padding, padding};
   const int64_t no_output_padding[] = {0, 0};
   const int64_t bias_sizes[] = {out_channels};
@@ -154,8 +154,9 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cudnn(
     return std::make_tuple(grad_weight.contiguous(), bias_grad ? grad_bias : at::empty({0}, input.options()));
   };
   const auto layout = faster_layout(
-      layout_key(Op::kWeightGrad, input, input.sizes(), out_channels, padding, allow_tf32, bias_grad),
-      at::MemoryFormat::Contiguous, run);
+      layout_key(Op::kWeightGrad, input, input.sizes(), out_channels, padding, allow_tf32, bias_grad,
+                 grad_output.suggest_memory_format()),
+      grad_output.suggest_memory_format(), run);
   return run(layout);
 }
 

@@ -2,7 +2,7 @@
 
 #include "relayout.h"
 
-#include "../common/launch.h"
+#include "launch.h"
 
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAStream.h>
