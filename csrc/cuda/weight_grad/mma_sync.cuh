@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 //    column j of the stage sits at position j + (pad & 1).
 template <typename T, int MT>
 __global__ void __launch_bounds__(kThreads, 2)
-    wgrad_h16_kernel(const T* __restrict__ dy, const T* __restrict__ x, int K,
+    wgrad_h16_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t sN, int K,
                      int H, int W, int P, int Q, int pad, int nQc, int64_t U,
                      int S, float* __restrict__ ws) {
   constexpr int MH = MT * 16;
@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         cp_async4n(dst + 4u * w, nb ? src + 2 * w : dy, nb);
       }
     }
-    const T* xb = x + img * (int64_t)kC * HW;
+    const T* xb = x + img * sN;  // a channel slice's images are C channels apart
     const int ih0 = 4 * p - pad, iwA = 4 * q0 - pad - shB;
     const int grp = tid >> 4, l16 = tid & 15;
     const int nrows = kC * (kR - rr0);
@@ -490,8 +490,8 @@ void launch_pairs(const Problem& pr, const Args& a) {
   const int smem = wgrad3_smem_halves<MT>() * 2;
   auto kern = wgrad_h16_kernel<T, MT>;
   allow_max_dynamic_smem(kern);
-  kern<<<2 * sk.S, kThreads, smem, stream>>>(go.data_ptr<T>(), in.data_ptr<T>(), (int)pr.K, (int)pr.H, (int)pr.W,
-                                             (int)pr.P, (int)pr.Q, (int)pr.pad, sk.nQc, sk.U, sk.S,
+  kern<<<2 * sk.S, kThreads, smem, stream>>>(go.data_ptr<T>(), in.data_ptr<T>(), in.stride(0), (int)pr.K, (int)pr.H,
+                                             (int)pr.W, (int)pr.P, (int)pr.Q, (int)pr.pad, sk.nQc, sk.U, sk.S,
                                              sk.partials());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   reduce_partials<T>(sk, pr, a, stream);
