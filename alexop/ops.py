@@ -40,8 +40,9 @@ def conv11s4(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, paddi
             (F.conv2d's bound).
 
     Returns:
-        ``(N, C_out, (H + 2p - 11) // 4 + 1, (W + 2p - 11) // 4 + 1)``, always a
-        contiguous NCHW tensor of the input's dtype.
+        ``(N, C_out, (H + 2p - 11) // 4 + 1, (W + 2p - 11) // 4 + 1)`` of the
+        input's dtype, in ``F.conv2d``'s memory format: channels_last where the
+        input or the weight is channels_last, else contiguous NCHW.
 
     Raises:
         RuntimeError: naming the argument, for any argument the op refuses.

@@ -181,6 +181,17 @@ void forward_slices(
   }
 }
 
+// The layout the chosen forward kernels write: the result's where they
+// store at any strides, except into the NCHW sum of a sliced 16-bit
+// forward's partial outputs; else NCHW, which the caller copies.
+at::MemoryFormat kernel_output_format(
+    const cuda::forward::Choice& c, at::MemoryFormat format) {
+  const bool summed = c.slices > 1 && c.dtype != at::kFloat;
+  return cuda::forward::any_output_layout(c) && !summed
+      ? format
+      : at::MemoryFormat::Contiguous;
+}
+
 // The weight-gradient problem of an input as the kernels would receive it
 // (nchw_input.h), before any copy is made: a copy is NCHW and fresh.
 cuda::weight_grad::Problem weight_grad_problem_of(
@@ -215,7 +226,8 @@ at::Tensor conv11s4_cuda(
   if (choice.kernel == cuda::forward::Kernel::kNone) {
     return at::empty(out_size, input.options().memory_format(format));
   }
-  auto output = at::empty(out_size, input.options());  // the kernels write NCHW
+  auto output = at::empty(
+      out_size, input.options().memory_format(kernel_output_format(choice, format)));
   const bool has_bias = bias_opt.has_value() && bias_opt->defined();
   const auto b = has_bias ? bias_opt->contiguous() : at::Tensor();
   if (choice.slices > 0) {

@@ -212,6 +212,20 @@ template <typename ADD, typename T> __device__ __forceinline__ void put(T* y, fl
   }
 }
 
+// Two adjacent output elements y[0], y[1] (channels 2t and 2t + 1 of one
+// pixel of a channels_last output) in one store; y 2-element aligned.
+template <typename ADD, typename T> __device__ __forceinline__ void put2(T* y, float a, float b) {
+  if constexpr (ADD::value) {
+    red_add(y, a);
+    red_add(y + 1, b);
+  } else if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float2*>(y) = make_float2(a, b);
+  } else {
+    const T v[2] = {from_f<T>(a), from_f<T>(b)};
+    *reinterpret_cast<uint32_t*>(y) = *reinterpret_cast<const uint32_t*>(v);
+  }
+}
+
 // 3xFP16 (the forward's kH3, the weight gradient's MODE 3). fp16 keeps 11
 // significant bits, as TF32 does, but only the exponents -24..15, so each
 // operand is first scaled by a power of two that puts its largest finite

@@ -46,6 +46,8 @@ inline Params make_params(const Problem& pr, const TilePlan& t, const Args& a, c
   p.xs = exact::dense(p.H, p.W, pr.nhwc);
   p.xs.n = a.input.stride(0);
   p.accumulate = a.accumulate ? 1 : 0;
+  p.ysc = (int)a.output.stride(1);
+  p.ysm = (int)a.output.stride(3);
   return p;
 }
 

@@ -270,32 +270,48 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
 
     if (active) {
       const bool ok0 = mrow < tg.mend, ok1 = mrow + 8 < tg.mend;
-      const size_t jstep = (size_t)8 * p.PQ;  // n8 block -> next one
-      const int kend = p.K - kg0;  // channels kg0 + kend at most
-      T* y0 = static_cast<T*>(p.y) + ((size_t)tg.n * p.K + kg0 + 2 * t) * p.PQ + mrow;
-      T* y1 = y0 + p.PQ;
-      // predicate-free stores unless the tile or the channel count is ragged
-      auto store = [&](auto full, auto add) {
+      const size_t jstep = (size_t)8 * p.ysc;  // n8 block -> next one
+      const int kend = p.K - kg0, m8 = 8 * p.ysm;  // channels kg0 + kend at most; pixel mrow + 8
+      T* y0 = static_cast<T*>(p.y) + (size_t)tg.n * p.K * p.PQ + (size_t)(kg0 + 2 * t) * p.ysc +
+              (size_t)mrow * p.ysm;
+      T* y1 = y0 + p.ysc;
+      // predicate-free stores unless the tile or the channel count is ragged;
+      // PAIR: channels_last and K even, channels 2t and 2t + 1 in one store
+      auto store = [&](auto full, auto add, auto pair) {
         using Add = decltype(add);
 #pragma unroll
         for (int j = 0; j < NT8; ++j) {
           const int ch = j * 8 + 2 * t;
           const float2 bv = *reinterpret_cast<const float2*>(sbias + ch);
-          if (full || ch < kend) {
-            if (full || ok0) put<Add>(y0, acc[j * 4] + bv.x);
-            if (full || ok1) put<Add>(y0 + 8, acc[j * 4 + 2] + bv.x);
-          }
-          if (full || ch + 1 < kend) {
-            if (full || ok0) put<Add>(y1, acc[j * 4 + 1] + bv.y);
-            if (full || ok1) put<Add>(y1 + 8, acc[j * 4 + 3] + bv.y);
+          if constexpr (decltype(pair)::value) {
+            if (full || ch < kend) {
+              if (full || ok0) put2<Add>(y0, acc[j * 4] + bv.x, acc[j * 4 + 1] + bv.y);
+              if (full || ok1) put2<Add>(y0 + m8, acc[j * 4 + 2] + bv.x, acc[j * 4 + 3] + bv.y);
+            }
+          } else {
+            if (full || ch < kend) {
+              if (full || ok0) put<Add>(y0, acc[j * 4] + bv.x);
+              if (full || ok1) put<Add>(y0 + m8, acc[j * 4 + 2] + bv.x);
+            }
+            if (full || ch + 1 < kend) {
+              if (full || ok0) put<Add>(y1, acc[j * 4 + 1] + bv.y);
+              if (full || ok1) put<Add>(y1 + m8, acc[j * 4 + 3] + bv.y);
+            }
           }
           y0 += jstep;
           y1 += jstep;
         }
       };
+      const bool pairs = p.ysc == 1 && p.K % 2 == 0;
       with_accumulate<T>(p.accumulate, [&](auto add) {
-        if (ok1 && kend >= NT8 * 8) store(std::true_type{}, add);
-        else store(std::false_type{}, add);
+        const bool full = ok1 && kend >= NT8 * 8;
+        if (pairs) {
+          if (full) store(std::true_type{}, add, std::true_type{});
+          else store(std::false_type{}, add, std::true_type{});
+        } else {
+          if (full) store(std::true_type{}, add, std::false_type{});
+          else store(std::false_type{}, add, std::false_type{});
+        }
       });
     }
   }

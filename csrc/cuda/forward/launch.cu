@@ -14,6 +14,8 @@ namespace alexop::cuda::forward {
 void launch(const Choice& c, const Problem& p, const Args& a) {
   const Kernel k = c.kernel;
   if (k == Kernel::kNone) return;
+  TORCH_INTERNAL_ASSERT(a.output.is_contiguous() || any_output_layout(c), "forward: ", name(c),
+                        " writes NCHW outputs only");
   if (k == Kernel::kGeneric) return reference::forward(a.input, a.weight, a.bias, p.pad, a.output);
   const c10::ScalarType t = c.dtype;
   // the gather kernels' instantiation: (wgmma, CTAs an SM, staged) by family

@@ -10,8 +10,8 @@ namespace alexop::cuda::forward {
 
 // The operands as the problem describes them: input dense (NCHW or
 // channels_last; or 3 channels of an NCHW tensor of more, a view of whole
-// images' channel slices), weight and bias contiguous, output NCHW,
-// uninitialised unless accumulate.
+// images' channel slices), weight and bias contiguous, output NCHW (or
+// channels_last where any_output_layout), uninitialised unless accumulate.
 struct Args {
   const at::Tensor& input;
   const at::Tensor& weight;

@@ -314,7 +314,8 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
     }
 
     // Epilogue straight from the accumulators: for one register, lanes with
-    // the same t write 8 consecutive pixels of one channel plane.
+    // the same t write 8 consecutive pixels of one channel plane (NCHW) or
+    // lanes with the same g 4 channels of one pixel (channels_last).
     if (active) {
       // this CTA's channel group: channels kg0 + [0, NT8 * 8), kg0 + kend at most
       const int kg0 = blockIdx.y * NT8 * 8, kend = p.K - kg0;
@@ -323,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
         const int ch = (nh * NTW + j) * 8 + 2 * t + e, m = mj + a * 16 + hh * 8 + g;
         return ch < kend && m < tg.mend ? exact_output<T>(p, tg.n, kg0 + ch, m) : v;
       });
-      T* y = static_cast<T*>(p.y) + (size_t)kg0 * p.PQ;
+      T* y = static_cast<T*>(p.y) + (size_t)tg.n * p.K * p.PQ + (size_t)kg0 * p.ysc;
       with_accumulate<T>(p.accumulate, [&](auto add) {
 #pragma unroll
         for (int j = 0; j < NTW; ++j) {
@@ -332,13 +333,13 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
             const int ch = (nh * NTW + j) * 8 + 2 * t + e;
             if (ch >= kend) continue;
             const float bv = sbias[ch];
-            T* yc = y + ((size_t)tg.n * p.K + ch) * p.PQ;
+            T* yc = y + (size_t)ch * p.ysc;
 #pragma unroll
             for (int a = 0; a < 2; ++a)
 #pragma unroll
               for (int hh = 0; hh < 2; ++hh) {
                 const int m = mj + a * 16 + hh * 8 + g;
-                if (m < tg.mend) put<decltype(add)>(yc + m, acc[a][j][hh * 2 + e] + bv);
+                if (m < tg.mend) put<decltype(add)>(yc + (size_t)m * p.ysm, acc[a][j][hh * 2 + e] + bv);
               }
           }
         }

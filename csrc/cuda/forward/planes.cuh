@@ -227,6 +227,7 @@ struct Params {
   int units;  // channels_last by unit types: 16-bit always, TF32 with 8-byte copies
   const T* w;  // the weights as given (K, 3, 11, 11): the exact recomputation reads them
   int accumulate;  // float: add to y's values (put), as a sliced forward's later slices do
+  int ysc, ysm;    // output element strides of a channel and a pixel: NCHW or (float) channels_last
 };
 
 // B for NT channels in wgmma's K-major layout: per k step two blocks (its
@@ -568,7 +569,7 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
       mbar_arrive_if(s_sfull, true);
     } else {
       // rows 16 warp + lane / 4 (+ 8) of this warpgroup's 64, channels
-      // 8 j + 2 (lane % 4) (+ 1): NCHW stores with the bias added
+      // 8 j + 2 (lane % 4) (+ 1): stores with the bias added
       const int fa = f0 + 64 * wg + 16 * warp + (lane >> 2), c0 = 2 * (lane & 3);
       bool ok[2];
       int64_t off[2];
@@ -576,9 +577,24 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
       for (int h = 0; h < 2; ++h) {
         const int f = fa + 8 * h, pp = f / kQf, q = f - kQf * pp;
         ok[h] = q < p.Q && pp < p.P;
-        off[h] = (int64_t)n * p.K * p.PQ + pp * p.Q + q;
+        off[h] = (int64_t)n * p.K * p.PQ + (int64_t)(pp * p.Q + q) * p.ysm;
       }
+      // channels_last and K even: channels c0, c0 + 1 of a pixel in one store
+      const bool pairs = p.ysc == 1 && p.K % 2 == 0;
       with_accumulate<T>(p.accumulate, [&](auto add) {
+        if (pairs) {
+#pragma unroll
+          for (int j = 0; j < NT8; ++j) {
+            const int ch = 8 * j + c0;
+            if (ch >= p.K) continue;
+            const float b0 = sbias[ch], b1 = sbias[ch + 1];
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              if (ok[h])
+                put2<decltype(add)>(p.y + off[h] + ch, acc[4 * j + 2 * h] + b0, acc[4 * j + 2 * h + 1] + b1);
+          }
+          return;
+        }
 #pragma unroll
         for (int j = 0; j < NT8; ++j) {
 #pragma unroll
@@ -588,7 +604,7 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
             const float b = sbias[ch];
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-              if (ok[h]) put<decltype(add)>(p.y + off[h] + (int64_t)ch * p.PQ, acc[4 * j + 2 * h + e] + b);
+              if (ok[h]) put<decltype(add)>(p.y + off[h] + (int64_t)ch * p.ysc, acc[4 * j + 2 * h + e] + b);
           }
         }
       });
@@ -687,6 +703,8 @@ void launch(const Problem& pr, const Args& a) {
   p.w = static_cast<const T*>(a.weight.data_ptr());
   p.bias = a.bias != nullptr ? static_cast<const T*>(a.bias->data_ptr()) : nullptr;
   p.y = static_cast<T*>(a.output.data_ptr());
+  p.ysc = (int)a.output.stride(1);
+  p.ysm = (int)a.output.stride(3);
   p.accumulate = a.accumulate ? 1 : 0;
   allow_max_dynamic_smem(conv11s4_fwd_planes_kernel<T, NT8>);
   launch_dependent(conv11s4_fwd_planes_kernel<T, NT8>, (unsigned)std::min<int64_t>(total, pr.dev.num_sms),

@@ -10,7 +10,7 @@ namespace alexop::cuda::forward {
 
 // A forward problem as the kernels see it: input (N, C, H, W) dense in NCHW
 // or channels_last, weight (K, C, 11, 11) contiguous, the output (N, K, P,
-// Q) NCHW, freshly allocated.
+// Q) freshly allocated, NCHW or (any_output_layout) channels_last.
 struct Problem : ProblemBase {
   bool nhwc = false;     // channels_last input
   int input_align = 1;   // alignment of the input's address (common/device.h)
@@ -42,6 +42,11 @@ struct Choice {
 };
 
 Choice select(const Problem& p);
+
+// Whether the chosen kernel stores from its accumulators at the output's
+// strides, so that it writes a channels_last output in place; the others
+// (the staged 16-bit stores, space-to-depth, the reference) write NCHW.
+bool any_output_layout(const Choice& c);
 
 // e.g. "fwd_planes_bf16_c96", "fwd_mma_3xtf32_split_g16", "pad3+fwd_planes_bf16_c64" (one
 // slice), "slice3x2+fwd_s2d_bf16_c96" (two), "fwd_cudnn", "fwd_generic"
