@@ -292,6 +292,51 @@ __device__ __forceinline__ void stage_rows(const float* acc, const float* sbias,
   }
 }
 
+// ldmatrix .trans: four 8 x 8 b16 matrices; lane l gives the address of row
+// l & 7 of matrix l >> 3 and receives (rows 2 (l & 3) and + 1, column l / 4)
+// of each, packed low to high.
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t saddr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(saddr));
+}
+
+// The store warps' half of a staged 16-bit epilogue for a channels_last
+// output. The staged rows st[c * ls + i] (channel c < nch, tile pixel i <
+// npix; ls a multiple of 8, the rows 16-byte aligned, at least 32 *
+// ceil(nch / 32) of them) are read in blocks of 32 channels x 8 pixels,
+// transposed by ldmatrix, so a lane holds channels 2 (l & 3) and + 1 of one
+// pixel for each 8-channel matrix: one 4-byte store each (two 2-byte ones
+// where K is odd and a pair would straddle pixels). pix(i): the element
+// offset in y of tile pixel i's first channel, or -1 where the tile has no
+// such pixel. This warp takes blocks worker, worker + nworkers, ...
+template <typename PixelOffset>
+__device__ __forceinline__ void store_staged_nhwc(const uint16_t* st, int ls, int nch, int npix, uint16_t* y,
+                                                  int K, PixelOffset pix, int worker, int nworkers, int lane) {
+  const int nblk = (nch + 31) >> 5, nblocks = nblk * ((npix + 7) >> 3);
+  const int m = lane >> 3, r = lane & 7;
+  for (int b = worker; b < nblocks; b += nworkers) {
+    const int pg = b / nblk, cb = b - pg * nblk;
+    uint32_t v[4];
+    ldsm_x4_trans(smem_u32(st + (size_t)(32 * cb + 8 * m + r) * ls + 8 * pg), v);
+    const int i = 8 * pg + (lane >> 2);
+    const int64_t o = i < npix ? pix(i) : -1;
+    if (o < 0) continue;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int c = 32 * cb + 8 * q + 2 * (lane & 3);
+      if (c >= nch) break;
+      uint16_t* dst = y + o + c;
+      if ((K & 1) == 0) {
+        *reinterpret_cast<uint32_t*>(dst) = v[q];
+      } else {
+        dst[0] = (uint16_t)(v[q] & 0xFFFFu);
+        if (c + 1 < nch) dst[1] = (uint16_t)(v[q] >> 16);
+      }
+    }
+  }
+}
+
 #endif
 
 }  // namespace alexop::cuda

@@ -77,9 +77,7 @@ struct Params {
   const void* w;
   exact::Strides xs;
   int accumulate;  // float: add to y's values (put), as a sliced forward's later slices do
-  // output element strides of a channel and a pixel: NCHW, or channels_last
-  // where the epilogue stores from the accumulators (not the staged ones)
-  int ysc, ysm;
+  int ysc, ysm;  // output element strides of a channel and a pixel: NCHW or channels_last
 };
 
 // k steps of the padded reduction (k16 for 16-bit operands and bf16x3 /

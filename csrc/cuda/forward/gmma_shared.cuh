@@ -151,7 +151,8 @@ __device__ __forceinline__ void store_staged_rows(const uint16_t* st, int ls, in
 }
 
 // The store warps' loop: for each of this CTA's tiles, wait until its rows
-// are staged (barrier 1), write them out, release the rows (barrier 2).
+// are staged (barrier 1), write them out (NCHW runs, or channels_last
+// pixels), release the rows (barrier 2).
 // NALL: every thread of the CTA takes part in both barriers.
 template <int NALL>
 __device__ __forceinline__ void store_warps(const Params& p, const unsigned char* smem, int kg0, int nch,
@@ -163,9 +164,15 @@ __device__ __forceinline__ void store_warps(const Params& p, const unsigned char
   for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x) {
     const TileGeom tg = tile_geom(p, tile);
     asm volatile("bar.sync 1, %0;\n" ::"n"(NALL) : "memory");  // this tile's rows are staged
-    const size_t e0 = ((size_t)tg.n * p.K + kg0) * p.PQ + tg.m0;
-    store_staged_rows<4>(st, p.ls, lpc_log2, nch, tg.mend - tg.m0, yb + e0, (uint32_t)e0, p.PQ, worker, nworkers,
-                         lane);
+    if (p.ysc == 1) {  // channels_last: pixel m's channels kg0 + c at y[(n PQ + m) K + kg0 + c]
+      const int64_t o0 = ((int64_t)tg.n * p.PQ + tg.m0) * p.K + kg0;
+      store_staged_nhwc(st, p.ls, nch, tg.mend - tg.m0, yb, p.K, [&](int i) { return o0 + (int64_t)i * p.K; },
+                        worker, nworkers, lane);
+    } else {
+      const size_t e0 = ((size_t)tg.n * p.K + kg0) * p.PQ + tg.m0;
+      store_staged_rows<4>(st, p.ls, lpc_log2, nch, tg.mend - tg.m0, yb + e0, (uint32_t)e0, p.PQ, worker,
+                           nworkers, lane);
+    }
     if (tile + (int)gridDim.x < p.total_tiles) asm volatile("bar.arrive 2, %0;\n" ::"n"(NALL) : "memory");
   }
 }

@@ -227,7 +227,7 @@ struct Params {
   int units;  // channels_last by unit types: 16-bit always, TF32 with 8-byte copies
   const T* w;  // the weights as given (K, 3, 11, 11): the exact recomputation reads them
   int accumulate;  // float: add to y's values (put), as a sliced forward's later slices do
-  int ysc, ysm;    // output element strides of a channel and a pixel: NCHW or (float) channels_last
+  int ysc, ysm;    // output element strides of a channel and a pixel: NCHW or channels_last
 };
 
 // B for NT channels in wgmma's K-major layout: per k step two blocks (its
@@ -464,7 +464,8 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
 
 // The store warpgroup: a staged tile channel by channel, a warp's lanes on
 // consecutive flat pixels (a row's real pixels are contiguous in NCHW), each
-// lane 6 pixels 32 apart whose output offsets serve every channel.
+// lane 6 pixels 32 apart whose output offsets serve every channel; or, for a
+// channels_last output, pixel by pixel (store_staged_nhwc).
 template <typename T>
 __device__ __forceinline__ void store_tiles(const Params<T>& p, const uint16_t* stage, uint32_t s_sfull,
                                             uint32_t s_sempty, int t) {
@@ -482,6 +483,16 @@ __device__ __forceinline__ void store_tiles(const Params<T>& p, const uint16_t* 
     }
     uint16_t* img = y + (int64_t)n * p.K * p.PQ;
     mbar_wait(s_sfull, it & 1);
+    if (p.ysc == 1) {  // channels_last: a pixel's K channels are contiguous
+      store_staged_nhwc(stage, kLs, p.K, kMT, img, p.K,
+                        [&](int i) -> int64_t {
+                          const int f = f0 + i, pp = f / kQf, q = f - kQf * pp;
+                          return q < p.Q && pp < p.P ? (int64_t)(pp * p.Q + q) * p.K : -1;
+                        },
+                        warp, 4, lane);
+      mbar_arrive_if(s_sempty, true);
+      continue;
+    }
     for (int ch = warp; ch < p.K; ch += 4) {
       const uint16_t* srow = stage + ch * kLs + lane;
       uint16_t* yrow = img + ch * p.PQ;

@@ -26,8 +26,6 @@
 // 13. wgmma, planes_shape, planes16_aligned         -> planes 16-bit
 // 14. wgmma, staged_fills, s2d_aligned              -> space-to-depth, NCHW or channels_last [ldmatrix, no table]
 // 15. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
-//     (13-15 stage NCHW rows, copied for a channels_last result: the AlexNet layer's staged
-//     kernels and copy beat rule 16's stores into a channels_last output)
 // 16. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
 // 17. otherwise                                     -> mma.sync, groups of 64 | 96 | 128 (else cudnn)
 
@@ -230,8 +228,7 @@ Choice select(const Problem& p) {
 }
 
 bool any_output_layout(const Choice& c) {
-  return c.kernel == Kernel::kGmma || c.kernel == Kernel::kGmma2Cta || c.kernel == Kernel::kMmaSync ||
-         (c.kernel == Kernel::kPlanes && c.dtype == ScalarType::Float);
+  return c.kernel != Kernel::kNone && c.kernel != Kernel::kGeneric && c.kernel != Kernel::kCudnn;
 }
 
 std::string name(const Choice& c) {

@@ -43,9 +43,8 @@ struct Choice {
 
 Choice select(const Problem& p);
 
-// Whether the chosen kernel stores from its accumulators at the output's
-// strides, so that it writes a channels_last output in place; the others
-// (the staged 16-bit stores, space-to-depth, the reference) write NCHW.
+// Whether the chosen kernel writes the output at its strides, NCHW or
+// channels_last (every tensor-core kernel); the reference kernel writes NCHW.
 bool any_output_layout(const Choice& c);
 
 // e.g. "fwd_planes_bf16_c96", "fwd_mma_3xtf32_split_g16", "pad3+fwd_planes_bf16_c64" (one
