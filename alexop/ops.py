@@ -66,7 +66,7 @@ def kernel_for(input: Tensor, weight: Tensor, padding: int = 2) -> dict[str, str
     precision (``torch.get_float32_matmul_precision()``), the shape, the
     input's memory layout and alignment, and the batch; bias does not change
     it. The gradients are named as autograd would call them, with a
-    contiguous ``grad_output`` of the output's shape.
+    ``grad_output`` of the output's shape and memory format.
 
     Args:
         input: ``(N, C_in, H, W)``, as for :func:`conv11s4`.

@@ -367,8 +367,9 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
 
 // The kernels the three ops would run for (input, weight, padding), by name,
 // from the same selectors, launching nothing. grad_output is taken as the
-// autograd path makes it: contiguous NCHW of the output's shape and the
-// input's dtype, freshly allocated.
+// autograd path makes it: the output's shape, layout and dtype, freshly
+// allocated, so NCHW as the kernels read it (a channels_last one is a fresh
+// NCHW copy by then).
 std::vector<std::string> kernel_for_cuda(
     const at::Tensor& input, const at::Tensor& weight, int64_t padding) {
   check_conv11s4(input, weight, std::nullopt, padding);
