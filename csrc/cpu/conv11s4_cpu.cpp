@@ -174,6 +174,23 @@ void pad_bias(const T* bias, int64_t K, int64_t length, T* dst) {
   }
 }
 
+// Writes npix consecutive pixels of image n (from flat pixel pix0 on), their
+// kn channels k0.. from rows of B values a pixel: transposed into y's NCHW
+// planes, or copied a pixel's channels at a time into a channels_last y.
+template <typename T>
+void store_pixels(const cpu::Kernels<T>& kern, const T* rows, int64_t B,
+                  int64_t npix, int64_t kn, T* y, bool nhwc, int64_t n,
+                  int64_t k0, int64_t pix0, int64_t K, int64_t PQ) {
+  if (!nhwc) {
+    kern.transpose(rows, B, npix, kn, y + (n * K + k0) * PQ + pix0, PQ);
+    return;
+  }
+  T* dst = y + (n * PQ + pix0) * K + k0;
+  for (const auto i : c10::irange(npix)) {
+    std::copy_n(rows + i * B, kn, dst + i * K);
+  }
+}
+
 // Winograd F(2x2, 3x3) on the space-to-depth view: per 2x2 output tile,
 // 16 products of 16C channels instead of 4 x 121C taps. Tiles are grouped
 // by up to kGroup along a tile row; each group's transformed input is
@@ -212,6 +229,7 @@ bool forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
   const int64_t m_size = 16 * kGroup * B;
   const int64_t out_size = 2 * 2 * kGroup * B;
   T* out = y.mutable_data_ptr<T>();
+  const bool nhwc = !y.is_contiguous();
   std::atomic<bool> finite{true};
   parallel_items<T>(N * band.count, band_size + v_size + m_size + out_size,
                     [&](T* rows_in, int64_t item) {
@@ -244,11 +262,10 @@ bool forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
         const int64_t width = std::min(2 * group, Q - q);
         for (const auto kb : c10::irange(blocks)) {
           const int64_t k0 = kb * B, kn = std::min(B, K - k0);
-          T* y_tile = out + ((n * K + k0) * P + p) * Q + q;
-          // the output lines are fetched while the products compute
-          for (const auto j : c10::irange(kn)) {
+          // the NCHW output lines are fetched while the products compute
+          for (const auto j : c10::irange(nhwc ? 0 : kn)) {
             for (const auto dp : c10::irange(height_out)) {
-              const T* row = y_tile + j * P * Q + dp * Q;
+              const T* row = out + ((n * K + k0 + j) * P + p + dp) * Q + q;
               __builtin_prefetch(row, 1);
               __builtin_prefetch(row + width - 1, 1);
             }
@@ -266,8 +283,8 @@ bool forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
             finite.store(false, std::memory_order_relaxed);
           }
           for (const auto dp : c10::irange(height_out)) {
-            kern.transpose(rows_out + dp * 2 * kGroup * B, B, width, kn,
-                           y_tile + dp * Q, P * Q);
+            store_pixels(kern, rows_out + dp * 2 * kGroup * B, B, width, kn,
+                         out, nhwc, n, k0, (p + dp) * Q + q, K, P * Q);
           }
         }
         j0 += group;
@@ -303,6 +320,7 @@ void forward(const at::Tensor& x, const at::Tensor& weight, const T* bias,
   const int64_t pitch = 4 * Q + 7;
   const int64_t band_size = C * (4 * band.max_rows() + 7) * pitch;
   T* out = y.mutable_data_ptr<T>();
+  const bool nhwc = !y.is_contiguous();
   parallel_items<T>(N * band.count,
                     band_size + (kFlushPixels + cpu::kMaxTilePixels) * B,
                     [&](T* rows_in, int64_t item) {
@@ -316,15 +334,15 @@ void forward(const at::Tensor& x, const at::Tensor& weight, const T* bias,
       const int64_t k0 = kb * B, kn = std::min(B, K - k0);
       // a band's pixels are consecutive in each output plane; tiles are
       // transposed into the planes 16 pixels or more at a time, whole cache
-      // lines rather than halves
-      T* y_band = out + ((n * K + k0) * P + p0) * Q;
+      // lines rather than halves (channels_last: copied, a pixel at a time)
+      const T* y_band = out + ((n * K + k0) * P + p0) * Q;
       int64_t pending = 0;
       for_each_tile(tiles, rows * Q, Q, 4 * pitch, 4, [&](
                         cpu::RowConvFn<T> fn, const int64_t* offsets,
                         int64_t first, int64_t m) {
         if (pending == 0) {
-          // the group's output lines are fetched while its tiles compute
-          for (const auto j : c10::irange(kn)) {
+          // the group's NCHW output lines are fetched while its tiles compute
+          for (const auto j : c10::irange(nhwc ? 0 : kn)) {
             const T* line = y_band + j * P * Q + first;
             __builtin_prefetch(line, 1);
             __builtin_prefetch(line + kFlushPixels - 1, 1);
@@ -334,8 +352,8 @@ void forward(const at::Tensor& x, const at::Tensor& weight, const T* bias,
            wp + kb * C * kTaps * B, init + k0, tile + pending * B);
         pending += m;
         if (pending >= kFlushPixels || first + m == rows * Q) {
-          kern.transpose(tile, B, pending, kn,
-                         y_band + first + m - pending, P * Q);
+          store_pixels(kern, tile, B, pending, kn, out, nhwc, n, k0,
+                       p0 * Q + first + m - pending, K, P * Q);
           pending = 0;
         }
       });
@@ -388,6 +406,9 @@ bool input_grad_s2d(const at::Tensor& dy, const at::Tensor& weight,
   const int64_t pitch = J + 2;
   const int64_t band_size = K * (band.max_rows() + 2) * pitch;
   T* out = dx.mutable_data_ptr<T>();
+  // dx is NCHW or channels_last
+  const int64_t sN = dx.stride(0), sC = dx.stride(1), sH = dx.stride(2),
+                sW = dx.stride(3);
   std::atomic<bool> finite{true};
   parallel_items<T>(N * band.count, band_size + tiles.m[0] * B,
                     [&](T* rows_dy, int64_t item) {
@@ -418,14 +439,14 @@ bool input_grad_s2d(const at::Tensor& dy, const at::Tensor& weight,
               continue;
             }
             const T* src = tile + mm * B + 4 * g - kb * B;
-            T* dst = out + ((n * C + g / 4) * H + h) * W + w0;
-            if (inside) {
+            T* dst = out + n * sN + g / 4 * sC + h * sH + w0 * sW;
+            if (inside && sW == 1) {
               std::copy(src, src + 4, dst);
               continue;
             }
             for (const auto b4 : c10::irange(4)) {
               if (w0 + b4 >= 0 && w0 + b4 < W) {
-                dst[b4] = src[b4];
+                dst[b4 * sW] = src[b4];
               }
             }
           }
@@ -782,7 +803,7 @@ at::Tensor conv11s4_cpu(
   if (c10::multiply_integers(at::IntArrayRef(out_size)) == 0) {
     return at::empty(out_size, input.options().memory_format(format));
   }
-  auto output = at::empty(out_size, input.options());  // the kernels write NCHW
+  auto output = at::empty(out_size, input.options().memory_format(format));
   advise_huge_pages(output);
   const auto w = weight.contiguous();
   const auto bias = has_bias ? bias_opt->contiguous() : at::Tensor();
@@ -791,7 +812,7 @@ at::Tensor conv11s4_cpu(
                       has_bias ? bias.const_data_ptr<scalar_t>() : nullptr,
                       padding, output);
   });
-  return output.contiguous(format);
+  return output;
 }
 
 at::Tensor conv11s4_backward_input_cpu(
@@ -818,14 +839,14 @@ at::Tensor conv11s4_backward_input_cpu(
   if (c10::multiply_integers(input_size) == 0) {
     return at::empty(input_size, grad_output.options().memory_format(format));
   }
-  auto grad_input = at::empty(input_size, grad_output.options());  // the kernels write NCHW
+  auto grad_input = at::empty(input_size, grad_output.options().memory_format(format));
   advise_huge_pages(grad_input);
   const auto w = weight.contiguous();
   AT_DISPATCH_FLOATING_TYPES(
       grad_output.scalar_type(), "conv11s4_backward_input_cpu", [&] {
         input_grad<scalar_t>(grad_output, w, padding, grad_input);
       });
-  return grad_input.contiguous(format);
+  return grad_input;
 }
 
 std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cpu(
