@@ -41,15 +41,23 @@ def _model(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_forward_fullgraph_inductor(device):
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_forward_fullgraph_inductor(device, channels_last):
     x, wt, b = make_inputs(2, 3, 16, 67, 67, device=device)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
     fn = torch.compile(alexop.conv11s4, fullgraph=True)
-    assert rel_l2(fn(x, wt, b), reference(x, wt, b)) <= REL_L2[torch.float32]
+    got = fn(x, wt, b)
+    assert got.stride() == alexop.conv11s4(x, wt, b).stride()  # the layout eager gives: F.conv2d's
+    assert rel_l2(got, reference(x, wt, b)) <= REL_L2[torch.float32]
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_training_step_fullgraph(device):
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_training_step_fullgraph(device, channels_last):
     x, wt, b = make_inputs(4, 3, 16, 63, 63, device=device)
+    if channels_last:  # a channels_last model: the result and its gradient channels_last too
+        x, wt = x.to(memory_format=torch.channels_last), wt.to(memory_format=torch.channels_last)
     wt.requires_grad_()
     b.requires_grad_()
 

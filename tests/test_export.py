@@ -28,6 +28,23 @@ def test_export_dynamic_batch_save_load(device, tmp_path):
         assert rel_l2(loaded(x), want) <= REL_L2[torch.float32]
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_export_channels_last_model(device):
+    """A channels_last model exports with a dynamic batch and returns channels_last results,
+    as eager does."""
+    torch.manual_seed(0)
+    model = Stem().to(device).eval().to(memory_format=torch.channels_last)
+    batch = torch.export.Dim("batch", min=2, max=1024)
+    example = torch.rand(2, 3, 67, 67, device=device).to(memory_format=torch.channels_last)
+    loaded = torch.export.export(model, (example,), dynamic_shapes={"x": {0: batch}}).module()
+    for n in (2, 5):
+        x = torch.rand(n, 3, 67, 67, device=device).to(memory_format=torch.channels_last)
+        got = loaded(x)
+        assert got.is_contiguous(memory_format=torch.channels_last) and not got.is_contiguous()
+        want = reference(x, model.conv.weight, model.conv.bias).relu()
+        assert rel_l2(got, want) <= REL_L2[torch.float32]
+
+
 def test_export_training_graph_keeps_alexop_backward():
     torch.manual_seed(0)
     model = Stem().train()
