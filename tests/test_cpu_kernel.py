@@ -80,9 +80,18 @@ LAYOUTS = {
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_input_layouts(isa, layout):
-    x, wt, b = make_inputs(2, 3, 40, 37, 45)
-    _check_all(LAYOUTS[layout](x), wt, b, 2, torch.float32)
+@pytest.mark.parametrize("shape", [(2, 3, 40, 37, 45, 2), (1, 4, 33, 20, 27, 4)], ids=["k40", "k33"])
+def test_input_layouts(isa, layout, shape):
+    n, c, k, h, w, p = shape
+    x, wt, b = make_inputs(n, c, k, h, w)
+    _check_all(LAYOUTS[layout](x), wt, b, p, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_channels_last_weight(isa, dtype):
+    """A channels_last weight makes the result channels_last (F.conv2d's rule) from an NCHW input."""
+    x, wt, b = make_inputs(2, 3, 50, 41, 39, dtype=dtype)
+    _check_all(x, wt.to(memory_format=torch.channels_last), b, 1, dtype)
 
 
 def test_grad_output_layouts(isa):
