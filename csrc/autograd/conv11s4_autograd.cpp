@@ -136,7 +136,8 @@ class BackwardWeightFunction
 
 // Whether autograd has anything to record: a custom Function's bookkeeping
 // costs microseconds a call, a tenth of a small convolution's time, so
-// inference runs the op below autograd directly.
+// inference (and a backward pass that builds no graph) runs the ops below
+// autograd directly.
 bool records_grad(std::initializer_list<const at::Tensor*> tensors) {
   if (!at::GradMode::is_enabled()) {
     return false;
@@ -169,6 +170,10 @@ at::Tensor conv11s4_backward_input_autograd(
     const at::Tensor& weight,
     c10::SymIntArrayRef input_size,
     int64_t padding) {
+  if (!records_grad({&grad_output, &weight})) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return conv11s4_backward_input(grad_output, weight, input_size, padding);
+  }
   check_conv11s4_backward_input(grad_output, weight, input_size, padding);
   return BackwardInputFunction::apply(
       grad_output, weight, input_size, padding);
@@ -179,6 +184,10 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_autograd(
     const at::Tensor& input,
     int64_t padding,
     bool bias_grad) {
+  if (!records_grad({&grad_output, &input})) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return conv11s4_backward_weight(grad_output, input, padding, bias_grad);
+  }
   check_conv11s4_backward_weight(grad_output, input, padding);
   const auto out =
       BackwardWeightFunction::apply(grad_output, input, padding, bias_grad);
