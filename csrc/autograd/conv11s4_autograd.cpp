@@ -135,9 +135,8 @@ class BackwardWeightFunction
 };
 
 // Whether autograd has anything to record: a custom Function's bookkeeping
-// costs microseconds a call, a tenth of a small convolution's time, so
-// inference (and a backward pass that builds no graph) runs the ops below
-// autograd directly.
+// shows on small convolutions (perf-history S20), so inference (and a
+// backward pass that builds no graph) runs the ops below autograd directly.
 bool records_grad(std::initializer_list<const at::Tensor*> tensors) {
   if (!at::GradMode::is_enabled()) {
     return false;

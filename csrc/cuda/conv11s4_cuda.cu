@@ -148,6 +148,12 @@ at::Tensor input_slice(const at::Tensor& x, int64_t g) {
   return slice3(x, g);
 }
 
+// Whether a sliced forward sums partial outputs (16-bit, more than one
+// slice) rather than writing or adding into the output in place.
+bool sums_partials(int slices, at::ScalarType dtype) {
+  return slices > 1 && dtype != at::kFloat;
+}
+
 // A sliced forward: each slice's convolution, the bias in the first. In
 // float32 the later slices add theirs to output in memory (the kernels'
 // accumulate); 16-bit slices write partial outputs, summed in float (ATen's
@@ -156,7 +162,7 @@ at::Tensor input_slice(const at::Tensor& x, int64_t g) {
 void forward_slices(
     const at::Tensor& x, const at::Tensor& w, const at::Tensor* bias,
     int64_t padding, int slices, const at::Tensor& output) {
-  const bool in_place = slices == 1 || output.scalar_type() == at::kFloat;
+  const bool in_place = !sums_partials(slices, output.scalar_type());
   const int64_t numel = output.numel();
   const int64_t stride = (numel + 7) / 8 * 8;  // partials 16-byte aligned
   const auto partials = in_place
@@ -186,10 +192,9 @@ void forward_slices(
 // forward's partial outputs; else NCHW, which the caller copies.
 at::MemoryFormat kernel_output_format(
     const cuda::forward::Choice& c, at::MemoryFormat format) {
-  const bool summed = c.slices > 1 && c.dtype != at::kFloat;
-  return cuda::forward::any_output_layout(c) && !summed
-      ? format
-      : at::MemoryFormat::Contiguous;
+  const bool in_place =
+      cuda::forward::any_output_layout(c) && !sums_partials(c.slices, c.dtype);
+  return in_place ? format : at::MemoryFormat::Contiguous;
 }
 
 // The weight-gradient problem of an input as the kernels would receive it
