@@ -2,11 +2,13 @@
 precision mode, every element written, bitwise reproducibility, odd shapes, and
 outputs past 2^31 elements."""
 
+import os
+
 import pytest
 import torch
 
 import alexop
-from conftest import REL_L2, make_inputs, needs_cuda, precision, reference, rel_l2
+from conftest import REL_L2, assert_layout_like, make_inputs, needs_cuda, precision, reference, rel_l2
 
 pytestmark = needs_cuda
 
@@ -102,6 +104,52 @@ def test_forward_accuracy_many_tiles(shape, dtype, mode, bias, channels_last):
         out = alexop.conv11s4(x, wt, b, p)
     assert torch.isfinite(out).all(), "some output element was not written"
     assert rel_l2(out, ref) <= (1e-3 if dtype == torch.float32 else REL_L2[dtype])
+
+
+# Images too wide for a patch of whole input rows beside the resident weights
+# (plan.cu): the gather kernels cut the output into column blocks, each tile a
+# range of one block's pixels and its patch that block's input columns, zeros
+# written where the input ends; the last block is narrower, with tiles cut to
+# whole rows of it. On sm_90 these take wgmma 3xFP16 / TF32 and the two-CTA
+# 16-bit kernel in blocks (5 x 255 outputs), mma.sync 3xTF32 in blocks of an
+# odd-width image (element copies), and channel groups over blocks.
+WIDE_SHAPES = [
+    (8, 96, 27, 1024, 2),
+    (4, 64, 47, 701, 3),
+    (6, 192, 35, 900, 0),
+]
+
+
+@pytest.mark.parametrize("shape", WIDE_SHAPES, ids=str)
+@pytest.mark.parametrize(
+    "dtype,mode,bound",
+    [
+        (torch.float32, "highest", 1e-5),
+        (torch.float32, "high", 2e-5),
+        (torch.float32, "medium", 1e-3),
+        (torch.bfloat16, "highest", REL_L2[torch.bfloat16]),
+        (torch.float16, "highest", REL_L2[torch.float16]),
+    ],
+    ids=["fp32", "fp32-high", "tf32", "bf16", "fp16"],
+)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_forward_accuracy_wide_images(shape, dtype, mode, bound, bias, channels_last):
+    n, k, h, w, p = shape
+    x, wt, b = make_inputs(n, 3, k, h, w, dtype=dtype, device="cuda", bias=bias)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    ref = reference(x, wt, b, p)
+    _poison_allocator(ref.numel(), dtype)
+    with precision(mode):
+        out = alexop.conv11s4(x, wt, b, p)
+        names = alexop.kernel_for(x, wt, p)
+    forced_sm80 = "1" in (os.environ.get("ALEXOP_FORCE_SM80"), os.environ.get("CUDA_FORCE_PTX_JIT"))
+    if torch.cuda.get_device_capability() == (9, 0) and not forced_sm80:
+        assert names["forward"] != "fwd_cudnn", names
+    assert torch.isfinite(out).all(), "some output element was not written"
+    assert_layout_like(out, ref)
+    assert rel_l2(out, ref) <= bound, names
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)

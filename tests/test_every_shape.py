@@ -51,6 +51,8 @@ SHAPES = [
     pytest.param((4, 12, 96, 96, 96, 2), id="12-channels-views"),
     pytest.param((2, 3, 16, 63, 63, 0), id="16-filters"),
     pytest.param((1, 3, 96, 224, 224, 2), id="one-image"),
+    # slices over column blocks: float32 slices add into the output in place
+    pytest.param((2, 4, 96, 27, 900, 2), id="rgba-wide-column-blocks"),
 ]
 
 

@@ -27,10 +27,14 @@ MODES = [
 SMALL = (2, 3, 8, 64, 64, 2)
 SLICES = (2, 6, 8, 64, 64, 2)
 ALEXNET = (8, 3, 96, 224, 224, 2)
+# too wide for whole input rows beside 96 filters' weights: column blocks, each
+# tile's patch its block's columns, zeros written past the image's edges
+WIDE = (2, 3, 96, 27, 1024, 2)
 CASES = [
     pytest.param("cpu", SMALL, id="cpu"),
     pytest.param("cuda", SMALL, id="cuda", marks=needs_cuda),
     pytest.param("cuda", SLICES, id="cuda-slices", marks=needs_cuda),
+    pytest.param("cuda", WIDE, id="cuda-wide", marks=needs_cuda),
     pytest.param("cuda", ALEXNET, id="cuda-alexnet", marks=[needs_cuda, pytest.mark.slow]),
 ]
 

@@ -4,7 +4,10 @@
 //
 // Implicit GEMM: M = output pixels of one image (flattened p*Q+q, so a tile
 // of M is a contiguous range of every output channel's NCHW plane), N = out
-// channels, reduction k = (c, r, s) = 363 padded to 368.
+// channels, reduction k = (c, r, s) = 363 padded to 368. Images too wide for
+// a patch of whole rows beside the weights are cut into column blocks of QB
+// output columns, each flattened on its own (p*Qb+q): a tile is then a range
+// of one block's pixels, and its patch holds only the block's input columns.
 //
 // Each persistent CTA keeps the whole weight operand resident in shared
 // memory (arranged by a small prep kernel) and loops over tiles of MT output
@@ -60,6 +63,10 @@ struct Params {
   void* y;
   int N, H, W, K, P, Q, pad;
   int PQ, tiles_per_img, total_tiles, MT;
+  // column blocks: QB output columns each (the last may be narrower, its
+  // tiles MTL pixels to keep them within the patch's rows), nqb of them,
+  // tiles_blk tiles a full block; one block of Q columns where whole rows fit
+  int QB, nqb, tiles_blk, MTL;
   int PW, CS, PADL, shift, wcopy;
   int nhwc, vec;
   // element strides of (channel, row, column) inside the patch: the patch
@@ -120,7 +127,7 @@ __device__ __forceinline__ float weight_at(const T* __restrict__ w, int K, int k
   return (k < kKred && n < K) ? to_f(w[(size_t)n * kKred + k]) : 0.f;
 }
 
-// Output (image n, channel k, pixel m) without the bias, recomputed from x
+// Output (image n, channel k, output pixel m = p*Q+q) without the bias, recomputed from x
 // and the weights (common/exact.cuh): for outputs that came out NaN.
 template <typename T>
 __device__ __forceinline__ float exact_output(const Params& p, int n, int k, int m) {
@@ -129,70 +136,87 @@ __device__ __forceinline__ float exact_output(const Params& p, int n, int k, int
                         static_cast<const T*>(p.w), p.pad, n, k, pp, m - pp * p.Q);
 }
 
+// A tile: image n, pixels [m0, mend) of its column block (first output
+// column q0, Qb columns wide), which read input rows h0 .. h0 + rows_in - 1.
 struct TileGeom {
-  int n, m0, mend, p_lo, rows_in, h0;
+  int n, m0, mend, p_lo, rows_in, h0, q0, Qb;
 };
 __device__ __forceinline__ TileGeom tile_geom(const Params& p, int tile) {
   TileGeom tg;
   tg.n = tile / p.tiles_per_img;
-  tg.m0 = (tile - tg.n * p.tiles_per_img) * p.MT;
-  tg.mend = min(tg.m0 + p.MT, p.PQ);
-  tg.p_lo = tg.m0 / p.Q;
-  const int p_hi = (tg.mend - 1) / p.Q;
+  int t = tile - tg.n * p.tiles_per_img, mt = p.MT;
+  tg.q0 = 0;
+  tg.Qb = p.Q;
+  if (p.nqb > 1) {
+    const int b = min(t / p.tiles_blk, p.nqb - 1);  // the last block may have fewer tiles
+    t -= b * p.tiles_blk;
+    tg.q0 = b * p.QB;
+    tg.Qb = min(p.QB, p.Q - tg.q0);
+    if (b == p.nqb - 1) mt = p.MTL;
+  }
+  tg.m0 = t * mt;
+  tg.mend = min(tg.m0 + mt, p.P * tg.Qb);
+  tg.p_lo = tg.m0 / tg.Qb;
+  const int p_hi = (tg.mend - 1) / tg.Qb;
   tg.rows_in = 4 * (p_hi - tg.p_lo) + kR;
   tg.h0 = 4 * tg.p_lo - p.pad;
   return tg;
 }
 
-// Copies the input rows of one tile into the patch interior; columns outside
-// [PADL, PADL + wcopy) were zeroed once and are never written again.
+// The output pixel (p*Q+q) of a tile's pixel m (its block's p*Qb+q).
+__device__ __forceinline__ int out_pixel(const Params& p, const TileGeom& tg, int m) {
+  if (p.nqb == 1) return m;
+  const int pp = m / tg.Qb;
+  return pp * p.Q + tg.q0 + (m - pp * tg.Qb);
+}
+
+// Copies the input rows of one tile into the patch: patch column j holds
+// input column 4 q0 - PADL + j. With one block the columns outside [PADL,
+// PADL + wcopy) were zeroed once and are never written again; with column
+// blocks each tile writes its rows' whole width, zeros outside the input.
 template <typename T, int NWARPS = kWarps>
 __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, T* patch, int warp,
                                            int lane) {
   const T* x = static_cast<const T*>(p.x);
-  if (!p.nhwc) {
-    // channel-outer, no per-row division; a row is at most a few vectors
-    // per lane, so the copy loops stay rolled (instruction issue is the cost)
-    for (int c = 0; c < kC; ++c) {
-      for (int i = warp; i < tg.rows_in; i += NWARPS) {
-        const int h = tg.h0 + i;
-        T* dst = patch + c * p.CS + i * p.PW + p.PADL;
-        if (h < 0 || h >= p.H) {
-          for (int w = lane; w < p.wcopy; w += 32) dst[w] = from_f<T>(0.f);
-          continue;
-        }
-        const T* src = x + (size_t)tg.n * p.xs.n + ((size_t)c * p.H + h) * p.W;
-        if (p.vec) {
-          constexpr int V = 16 / sizeof(T);
+  const int xc0 = 4 * tg.q0 - p.PADL;  // the input column of patch column 0
+  const int jlo = max(0, -xc0), jhi = max(jlo, min(p.PW, p.W - xc0));  // the columns the input covers
+  const bool edges = p.nqb > 1;  // zeros of other blocks' columns to rewrite
+  const int el = p.nhwc ? kC : 1;  // elements per column in a patch row
+  auto zero = [&](T* row, int a, int b) {
+    for (int e = a + lane; e < b; e += 32) row[e] = from_f<T>(0.f);
+  };
+  // elements [0, ne) of src to dst: 16-byte cp.async where aligned (vec)
+  auto copy = [&](T* dst, const T* src, int ne) {
+    if (p.vec) {
+      constexpr int V = 16 / sizeof(T);
 #pragma unroll 1
-          for (int v = lane; v < p.wcopy / V; v += 32) cp_async16(dst + v * V, src + v * V);
-        } else if constexpr (sizeof(T) == 4) {
-          for (int w = lane; w < p.wcopy; w += 32) cp_async4(dst + w, src + w);
-        } else {
-          for (int w = lane; w < p.wcopy; w += 32) dst[w] = src[w];
-        }
-      }
+      for (int v = lane; v < ne / V; v += 32) cp_async16(dst + v * V, src + v * V);
+    } else if constexpr (sizeof(T) == 4) {
+      for (int e = lane; e < ne; e += 32) cp_async4(dst + e, src + e);
+    } else {
+      for (int e = lane; e < ne; e += 32) dst[e] = src[e];
     }
-  } else {
-    // channels_last: the patch is NHWC too, so an input row (W*C contiguous
-    // elements) is one contiguous copy.
-    const int ne = p.wcopy * kC;
+  };
+  // NCHW: channel-outer, no per-row division; a row is at most a few vectors
+  // per lane, so the copy loops stay rolled (instruction issue is the cost).
+  // channels_last: the patch is NHWC too, so an input row (W*C contiguous
+  // elements) is one contiguous copy.
+  const int nrun = p.nhwc ? 1 : kC;
+  for (int c = 0; c < nrun; ++c) {
     for (int i = warp; i < tg.rows_in; i += NWARPS) {
       const int h = tg.h0 + i;
-      T* dst = patch + i * p.rstr + p.PADL * kC;
-      if (h < 0 || h >= p.H) {
-        for (int e = lane; e < ne; e += 32) dst[e] = from_f<T>(0.f);
-        continue;
-      }
-      const T* src = x + ((size_t)tg.n * p.H + h) * p.W * kC;
-      if (p.vec) {
-        constexpr int V = 16 / sizeof(T);
-#pragma unroll 1
-        for (int v = lane; v < ne / V; v += 32) cp_async16(dst + v * V, src + v * V);
-      } else if constexpr (sizeof(T) == 4) {
-        for (int e = lane; e < ne; e += 32) cp_async4(dst + e, src + e);
+      T* row = patch + c * p.CS + i * p.rstr;
+      if (h >= 0 && h < p.H) {
+        const int col = xc0 + jlo;  // >= 0
+        const size_t src = p.nhwc ? (((size_t)tg.n * p.H + h) * p.W + col) * kC
+                                  : (size_t)tg.n * p.xs.n + ((size_t)c * p.H + h) * p.W + col;
+        copy(row + jlo * el, x + src, (jhi - jlo) * el);
+        if (edges) {
+          zero(row, 0, jlo * el);
+          zero(row, jhi * el, p.PW * el);
+        }
       } else {
-        for (int e = lane; e < ne; e += 32) dst[e] = src[e];
+        zero(row, (edges ? 0 : jlo) * el, (edges ? p.PW : jhi) * el);
       }
     }
   }

@@ -28,6 +28,10 @@ inline Params make_params(const Problem& pr, const TilePlan& t, const Args& a, c
   p.N = (int)pr.N;
   set_sizes(p, pr);
   p.tiles_per_img = t.tiles_per_img;
+  p.QB = t.QB;
+  p.nqb = t.nqb;
+  p.tiles_blk = t.tiles_blk;
+  p.MTL = t.MTL;
   p.total_tiles = t.total_tiles;
   p.MT = t.MT;
   p.PW = t.PW;

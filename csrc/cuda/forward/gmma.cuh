@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int m = min(mrow + hh * 8, tg.mend - 1);  // clamp keeps reads in loaded rows
-        const int pp = m / p.Q, qq = m - pp * p.Q;
+        const int pp = m / tg.Qb, qq = m - pp * tg.Qb;
         pb[hh] = (4 * p.rstr * (pp - tg.p_lo) + (4 * qq + p.shift) * p.sstr) * (int)sizeof(T);
       }
       auto ld32 = [&](int off) { return *reinterpret_cast<const uint32_t*>(Pb + off); };
@@ -271,9 +271,10 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
     if (active) {
       const bool ok0 = mrow < tg.mend, ok1 = mrow + 8 < tg.mend;
       const size_t jstep = (size_t)8 * p.ysc;  // n8 block -> next one
-      const int kend = p.K - kg0, m8 = 8 * p.ysm;  // channels kg0 + kend at most; pixel mrow + 8
+      // channels kg0 + kend at most; m8: from row mrow's output to row mrow + 8's
+      const int o0 = out_pixel(p, tg, mrow), kend = p.K - kg0, m8 = (out_pixel(p, tg, mrow + 8) - o0) * p.ysm;
       T* y0 = static_cast<T*>(p.y) + (size_t)tg.n * p.K * p.PQ + (size_t)(kg0 + 2 * t) * p.ysc +
-              (size_t)mrow * p.ysm;
+              (size_t)o0 * p.ysm;
       T* y1 = y0 + p.ysc;
       // predicate-free stores unless the tile or the channel count is ragged;
       // PAIR: channels_last and K even, channels 2t and 2t + 1 in one store

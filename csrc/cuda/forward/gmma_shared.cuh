@@ -73,7 +73,7 @@ template <typename T, int NT8>
 __device__ __forceinline__ void fix_nan_d(const Params& p, float* acc, const TileGeom& tg, int kg0, int mrow, int t) {
   exact::fix_nan<NT8 * 4>(acc, [&](int i, float v) {
     const int ch = kg0 + 8 * (i >> 2) + 2 * t + (i & 1), m = mrow + 8 * ((i >> 1) & 1);
-    return ch < p.K && m < tg.mend ? exact_output<T>(p, tg.n, ch, m) : v;
+    return ch < p.K && m < tg.mend ? exact_output<T>(p, tg.n, ch, out_pixel(p, tg, m)) : v;
   });
 }
 
@@ -150,7 +150,7 @@ __device__ __forceinline__ void store_staged_rows(const uint16_t* st, int ls, in
   }
 }
 
-// The store warps' loop: for each of this CTA's tiles, wait until its rows
+// The store warps' loop (whole rows: one column block): for each of this CTA's tiles, wait until its rows
 // are staged (barrier 1), write them out (NCHW runs, or channels_last
 // pixels), release the rows (barrier 2).
 // NALL: every thread of the CTA takes part in both barriers.

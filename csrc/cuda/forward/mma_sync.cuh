@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           int m = min(mj + a * 16 + hh * 8 + g, tg.mend - 1);  // clamp keeps reads in loaded rows
-          const int pp = m / p.Q, qq = m - pp * p.Q;
+          const int pp = m / tg.Qb, qq = m - pp * tg.Qb;
           pm[a][hh] = 4 * p.rstr * (pp - tg.p_lo) + (4 * qq + p.shift) * p.sstr;
         }
       const T* P = patch0 + buf * buf_elems;
@@ -322,9 +322,14 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
       exact::fix_nan<2 * NTW * 4>(&acc[0][0][0], [&](int i, float v) {
         const int a = i / (NTW * 4), j = i / 4 % NTW, hh = (i >> 1) & 1, e = i & 1;
         const int ch = (nh * NTW + j) * 8 + 2 * t + e, m = mj + a * 16 + hh * 8 + g;
-        return ch < kend && m < tg.mend ? exact_output<T>(p, tg.n, kg0 + ch, m) : v;
+        return ch < kend && m < tg.mend ? exact_output<T>(p, tg.n, kg0 + ch, out_pixel(p, tg, m)) : v;
       });
       T* y = static_cast<T*>(p.y) + (size_t)tg.n * p.K * p.PQ + (size_t)kg0 * p.ysc;
+      int op[2][2];  // output pixels of the thread's rows
+#pragma unroll
+      for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) op[a][hh] = out_pixel(p, tg, mj + a * 16 + hh * 8 + g);
       with_accumulate<T>(p.accumulate, [&](auto add) {
 #pragma unroll
         for (int j = 0; j < NTW; ++j) {
@@ -339,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv11s4_fwd_tc_kernel(const Para
 #pragma unroll
               for (int hh = 0; hh < 2; ++hh) {
                 const int m = mj + a * 16 + hh * 8 + g;
-                if (m < tg.mend) put<decltype(add)>(yc + (size_t)m * p.ysm, acc[a][j][hh * 2 + e] + bv);
+                if (m < tg.mend) put<decltype(add)>(yc + (size_t)op[a][hh] * p.ysm, acc[a][j][hh * 2 + e] + bv);
               }
           }
         }

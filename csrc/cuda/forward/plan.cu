@@ -10,6 +10,35 @@
 
 namespace alexop::cuda::forward {
 
+namespace {
+
+// Column blocks tried: up to 256 columns (patch rows of about 1 KB elements).
+constexpr int kMaxBlockColumns = 256;
+
+// Tiles of mt pixels in column blocks of qb output columns (Q: whole rows),
+// the last one Q - (nqb - 1) qb wide: the rows of a full block's tallest tile
+// bound the patch, and the last block's tiles are cut to whole rows of it
+// that fit them (mt_last pixels).
+struct Blocks {
+  int nqb, last, rows, mt_last;
+  int ph(int P) const { return 4 * (std::min(P, rows) - 1) + kR; }
+  // +1 column: k16Pairs reads the zero-weight s = 11 partner of s = 10
+  int pw(int qb, int shift) const { return (4 * (qb - 1) + kR + 1 + shift + 7) / 8 * 8; }
+  int64_t tiles(int P, int qb, int mt) const {
+    return (int64_t)(nqb - 1) * ((P * qb + mt - 1) / mt) + (P * last + mt_last - 1) / mt_last;
+  }
+};
+Blocks blocks_of(int P, int Q, int qb, int mt) {
+  Blocks b;
+  b.nqb = (Q + qb - 1) / qb;
+  b.last = Q - (b.nqb - 1) * qb;
+  b.rows = (qb - 1 + mt - 1) / qb + 1;
+  b.mt_last = b.nqb == 1 ? mt : std::min(mt, std::max(1, b.rows - 1) * b.last);
+  return b;
+}
+
+}  // namespace
+
 TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
   using namespace gather;
   TilePlan g;
@@ -19,44 +48,68 @@ TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
   const int align = 16 / c.elem_bytes;
   g.PADL = (pad + align - 1) / align * align;
   g.shift = g.PADL - pad;
-  // +1 column: k16Pairs reads the zero-weight s = 11 partner of s = 10
-  g.PW = (4 * (Q - 1) + kR + 1 + g.shift + 7) / 8 * 8;
-  g.wcopy = std::min(W, g.PW - g.PADL);
   const int el = pr.nhwc ? kC : 1;  // elements per pixel in a copied row
-  g.vec = ((W * el) % align == 0 && (g.wcopy * el) % align == 0 && pr.input_align >= 16) ? 1 : 0;
 
   // CPS CTAs share an SM's shared memory, each less the per-block reserve
   const int max_smem = c.cps == 1 ? (int)pr.dev.smem_optin
                                   : (int)(pr.dev.smem_per_sm / c.cps - pr.dev.smem_reserved);
   const int WB = wfrag_bytes_of(c.mode, c.nt8, c.gmma);
   const size_t fixed = WB + kKtab * 4 + kMaxK * 4;
-  for (int mt = (c.gmma ? 256 / c.cps : 256); mt >= 32; mt /= 2) {
-    const int rows = std::min(P, (Q - 1 + mt - 1) / Q + 1);
-    const int ph = 4 * (rows - 1) + kR;
-    const int cs = ph * g.PW;
-    const size_t patch_bytes = (size_t)c.nbuf * kC * cs * c.elem_bytes;
+  auto need = [&](int ph, int pw, int mt) {
+    const size_t patch_bytes = (size_t)c.nbuf * kC * ph * pw * c.elem_bytes;
     // staged rows of MT pixels, + 8: a stride of an odd number of 16-byte
-    // units keeps stmatrix and the 16-byte read-back free of bank conflicts
-    const int ls = mt + 8;
+    // units keeps stmatrix and the 16-byte read-back free of bank conflicts;
     // 3xFP16: two floats per warp for the patch's largest magnitude
-    const size_t need = fixed + patch_bytes + (c.staged ? (size_t)c.nt8 * 8 * ls * c.elem_bytes : 0) +
-                        (c.mode == k3xFp16 ? 2 * kGThreads / 32 * 4 : 0);
-    if (need <= (size_t)max_smem) {
+    return fixed + patch_bytes + (c.staged ? (size_t)c.nt8 * 8 * (mt + 8) * c.elem_bytes : 0) +
+           (c.mode == k3xFp16 ? 2 * kGThreads / 32 * 4 : 0);
+  };
+  // Whole output rows where they fit; else, at the full tile (every warp
+  // has pixels only in a full tile), column blocks of a multiple of 8
+  // columns (aligned copies): the ones that cost the fewest copy lanes, each
+  // patch row a whole number of warp-wide copies (the copies' cost is their
+  // instruction issue); else whole rows in smaller tiles.
+  const int mt_full = c.gmma ? 256 / c.cps : 256;
+  const int lanes = 32 * (16 / c.elem_bytes);  // elements one warp-wide 16-byte copy moves
+  for (int mt = mt_full; mt >= 32 && g.MT == 0; mt /= 2) {
+    const Blocks rows = blocks_of(P, Q, Q, mt);
+    if (need(rows.ph(P), rows.pw(Q, g.shift), mt) <= (size_t)max_smem) {
       g.MT = mt;
-      g.smem = need;
-      g.CS = cs;
-      g.ls = ls;
-      g.stage = (int)(fixed + patch_bytes);
-      g.cstr = pr.nhwc ? 1 : cs;
-      g.rstr = pr.nhwc ? kC * g.PW : g.PW;
-      g.sstr = pr.nhwc ? kC : 1;
-      break;
+      g.QB = Q;
+    } else if (mt == mt_full && !c.staged) {
+      int64_t best = INT64_MAX;
+      for (int qb = 8; qb < Q && qb <= kMaxBlockColumns; qb += 8) {
+        const Blocks b = blocks_of(P, Q, qb, mt);
+        const int ph = b.ph(P), pw = b.pw(qb, g.shift);
+        const int64_t cost = b.tiles(P, qb, mt) * ph * ((pw * el + lanes - 1) / lanes);
+        if (need(ph, pw, mt) <= (size_t)max_smem && cost < best) {
+          best = cost;
+          g.MT = mt;
+          g.QB = qb;
+        }
+      }
     }
   }
   if (g.MT == 0) return g;
-  g.tiles_per_img = (P * Q + g.MT - 1) / g.MT;
-  const int64_t total = (int64_t)N * g.tiles_per_img;
+  const Blocks b = blocks_of(P, Q, g.QB, g.MT);
+  g.PW = b.pw(g.QB, g.shift);
+  g.CS = b.ph(P) * g.PW;
+  g.nqb = b.nqb;
+  g.MTL = b.mt_last;
+  g.smem = need(b.ph(P), g.PW, g.MT);
+  g.ls = g.MT + 8;
+  g.stage = (int)(fixed + (size_t)c.nbuf * kC * g.CS * c.elem_bytes);
+  g.cstr = pr.nhwc ? 1 : g.CS;
+  g.rstr = pr.nhwc ? kC * g.PW : g.PW;
+  g.sstr = pr.nhwc ? kC : 1;
+  g.wcopy = std::min(W, g.PW - g.PADL);
+  // 16-byte copies: rows and (one block) the copied run whole 16-byte units;
+  // a block's first column 4 q0 - PADL is a multiple of 8
+  g.vec = ((W * el) % align == 0 && (g.nqb > 1 || (g.wcopy * el) % align == 0) && pr.input_align >= 16) ? 1 : 0;
+  g.tiles_blk = (P * g.QB + g.MT - 1) / g.MT;
+  const int64_t per_img = b.tiles(P, g.QB, g.MT);
+  const int64_t total = (int64_t)N * per_img;
   if (total > INT32_MAX) return g;
+  g.tiles_per_img = (int)per_img;
   g.total_tiles = (int)total;
   g.grid_x = (unsigned)std::min<int64_t>(total, std::max(1, pr.dev.num_sms * c.cps / g.groups));
   g.fits = true;
@@ -79,6 +132,9 @@ TilePlan plan_s2d(const Problem& pr, int nt8) {
   s.CS = kS2G * s.gs;
   s.stage = WB + kMaxK * 4 + 2 * s.CS;
   s.tiles_per_img = (P * Q + s.MT - 1) / s.MT;
+  s.QB = Q;
+  s.MTL = s.MT;
+  s.tiles_blk = s.tiles_per_img;
   const int64_t total = (int64_t)(int)pr.N * s.tiles_per_img;
   if (total > INT32_MAX) return s;
   s.total_tiles = (int)total;

@@ -29,12 +29,15 @@ struct TilePlan {
   int MT = 0, PW = 0, CS = 0, PADL = 0, shift = 0, wcopy = 0, vec = 0;
   int cstr = 0, rstr = 0, sstr = 0, stage = 0, ls = 0, gs = 0;
   int tiles_per_img = 0, total_tiles = 0, groups = 1;
+  int QB = 0, nqb = 1, tiles_blk = 0, MTL = 0;  // column blocks (gather.cuh's Params)
   size_t smem = 0;
   unsigned grid_x = 0;
 };
 
 // The gather kernels: the largest tile (MT pixels, from 256 down to 32)
-// whose patch fits the shared memory beside the resident weights.
+// whose patch fits the shared memory beside the resident weights, of whole
+// output rows where they fit, else of column blocks (not the staged
+// kernels, whose store warps write whole rows).
 TilePlan plan_gather(const Problem& p, const GatherConfig& c);
 
 // The space-to-depth kernel (256-pixel tiles, two patch buffers): no fit
