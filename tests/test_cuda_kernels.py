@@ -107,15 +107,17 @@ def test_forward_accuracy_many_tiles(shape, dtype, mode, bias, channels_last):
 
 
 # Images too wide for a patch of whole input rows beside the resident weights
-# (plan.cu): the gather kernels cut the output into column blocks, each tile a
-# range of one block's pixels and its patch that block's input columns, zeros
-# written where the input ends; the last block is narrower, with tiles cut to
-# whole rows of it. On sm_90 these take wgmma 3xFP16 / TF32 and the two-CTA
-# 16-bit kernel in blocks (5 x 255 outputs), mma.sync 3xTF32 in blocks of an
-# odd-width image (element copies), and channel groups over blocks.
+# in any tile size (plan.cu): the gather kernels cut the output into column
+# blocks, each tile a range of one block's pixels and its patch that block's
+# input columns, zeros written where the input ends; the last block is
+# narrower, with tiles cut to whole rows of it. On sm_90: wgmma 3xFP16, TF32
+# and the two-CTA 16-bit kernel in blocks (5 x 255 outputs); an odd width
+# (element copies, TF32 and 16-bit); channel groups over blocks (3xTF32 in
+# groups of 48, 16-bit of 128). With the sm_80 kernels forced, mma.sync TF32
+# and 16-bit in blocks.
 WIDE_SHAPES = [
     (8, 96, 27, 1024, 2),
-    (4, 64, 47, 701, 3),
+    (4, 64, 47, 1001, 3),
     (6, 192, 35, 900, 0),
 ]
 

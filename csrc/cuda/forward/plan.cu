@@ -63,11 +63,12 @@ TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
     return fixed + patch_bytes + (c.staged ? (size_t)c.nt8 * 8 * (mt + 8) * c.elem_bytes : 0) +
            (c.mode == k3xFp16 ? 2 * kGThreads / 32 * 4 : 0);
   };
-  // Whole output rows where they fit; else, at the full tile (every warp
-  // has pixels only in a full tile), column blocks of a multiple of 8
-  // columns (aligned copies): the ones that cost the fewest copy lanes, each
-  // patch row a whole number of warp-wide copies (the copies' cost is their
-  // instruction issue); else whole rows in smaller tiles.
+  // Whole output rows in the largest tile that fits them; where none does,
+  // column blocks of a multiple of 8 columns (aligned copies) in full tiles:
+  // the width that costs the fewest copy lanes, each patch row a whole
+  // number of warp-wide copies (the copies' cost is their instruction
+  // issue). Blocks measured slower than whole rows in half tiles (NCHW
+  // fp32: three short rows a patch row), so they are the last resort.
   const int mt_full = c.gmma ? 256 / c.cps : 256;
   const int lanes = 32 * (16 / c.elem_bytes);  // elements one warp-wide 16-byte copy moves
   for (int mt = mt_full; mt >= 32 && g.MT == 0; mt /= 2) {
@@ -75,17 +76,18 @@ TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
     if (need(rows.ph(P), rows.pw(Q, g.shift), mt) <= (size_t)max_smem) {
       g.MT = mt;
       g.QB = Q;
-    } else if (mt == mt_full && !c.staged) {
-      int64_t best = INT64_MAX;
-      for (int qb = 8; qb < Q && qb <= kMaxBlockColumns; qb += 8) {
-        const Blocks b = blocks_of(P, Q, qb, mt);
-        const int ph = b.ph(P), pw = b.pw(qb, g.shift);
-        const int64_t cost = b.tiles(P, qb, mt) * ph * ((pw * el + lanes - 1) / lanes);
-        if (need(ph, pw, mt) <= (size_t)max_smem && cost < best) {
-          best = cost;
-          g.MT = mt;
-          g.QB = qb;
-        }
+    }
+  }
+  if (g.MT == 0 && !c.staged) {
+    int64_t best = INT64_MAX;
+    for (int qb = 8; qb < Q && qb <= kMaxBlockColumns; qb += 8) {
+      const Blocks b = blocks_of(P, Q, qb, mt_full);
+      const int ph = b.ph(P), pw = b.pw(qb, g.shift);
+      const int64_t cost = b.tiles(P, qb, mt_full) * ph * ((pw * el + lanes - 1) / lanes);
+      if (need(ph, pw, mt_full) <= (size_t)max_smem && cost < best) {
+        best = cost;
+        g.MT = mt_full;
+        g.QB = qb;
       }
     }
   }
