@@ -272,7 +272,8 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
       const bool ok0 = mrow < tg.mend, ok1 = mrow + 8 < tg.mend;
       const size_t jstep = (size_t)8 * p.ysc;  // n8 block -> next one
       // channels kg0 + kend at most; m8: from row mrow's output to row mrow + 8's
-      const int o0 = out_pixel(p, tg, mrow), kend = p.K - kg0, m8 = (out_pixel(p, tg, mrow + 8) - o0) * p.ysm;
+      const int o0 = out_pixel(p, tg, mrow), kend = p.K - kg0;
+      const int m8 = (out_pixel(p, tg, mrow + 8) - o0) * p.ysm;
       T* y0 = static_cast<T*>(p.y) + (size_t)tg.n * p.K * p.PQ + (size_t)(kg0 + 2 * t) * p.ysc +
               (size_t)o0 * p.ysm;
       T* y1 = y0 + p.ysc;

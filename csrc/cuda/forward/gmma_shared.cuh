@@ -150,9 +150,10 @@ __device__ __forceinline__ void store_staged_rows(const uint16_t* st, int ls, in
   }
 }
 
-// The store warps' loop (whole rows: one column block): for each of this CTA's tiles, wait until its rows
-// are staged (barrier 1), write them out (NCHW runs, or channels_last
-// pixels), release the rows (barrier 2).
+// The store warps' loop (tiles of whole rows: staged kernels take no column
+// blocks): for each of this CTA's tiles, wait until its rows are staged
+// (barrier 1), write them out (NCHW runs, or channels_last pixels), release
+// the rows (barrier 2).
 // NALL: every thread of the CTA takes part in both barriers.
 template <int NALL>
 __device__ __forceinline__ void store_warps(const Params& p, const unsigned char* smem, int kg0, int nch,
