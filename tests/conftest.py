@@ -15,6 +15,22 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
 
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 
+
+def sm80_kernels_forced():
+    """ALEXOP_FORCE_SM80=1 or CUDA_FORCE_PTX_JIT=1: the selectors choose as on an A100, whatever the GPU."""
+    return "1" in (os.environ.get("ALEXOP_FORCE_SM80"), os.environ.get("CUDA_FORCE_PTX_JIT"))
+
+
+def wgmma_kernels_run():
+    """An sm_90 GPU running this build's sm_90a (wgmma) kernels: not forced to the sm_80 ones, and
+    not a build without sm_90a code (TORCH_CUDA_ARCH_LIST="8.0+PTX"), where AlexNet's bf16 input
+    gradient is an mma.sync kernel."""
+    if not CUDA or torch.cuda.get_device_capability() != (9, 0) or sm80_kernels_forced():
+        return False
+    x = torch.empty(256, 3, 224, 224, device="cuda", dtype=torch.bfloat16)
+    w = torch.empty(96, 3, 11, 11, device="cuda", dtype=torch.bfloat16)
+    return alexop.kernel_for(x, w, 2)["input_grad"].startswith("dgrad_gmma")
+
 DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 
 # Relative L2 error allowed against the float64 reference, per dtype.

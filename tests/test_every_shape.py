@@ -7,7 +7,6 @@ compute F.conv2d at the promised precision (float32's default is fp32-accurate,
 so a cuDNN fallback that used TF32 there would fail)."""
 
 import itertools
-import os
 
 import pytest
 import torch
@@ -22,6 +21,7 @@ from conftest import (
     precision,
     reference,
     rel_l2,
+    wgmma_kernels_run,
 )
 
 pytestmark = needs_cuda
@@ -116,21 +116,12 @@ def test_no_shape_falls_to_the_reference_kernels(dtype, mode, bound):
     assert not slow, f"{len(slow)} problems on the reference kernels, e.g. {next(iter(slow.items()))}"
 
 
-def _hopper_kernels():
-    """Whether this GPU runs the build's sm_90a (wgmma) kernels: not forced to the sm_80 ones,
-    not a build without sm_90a code."""
-    if torch.cuda.get_device_capability() != (9, 0) or "1" in (
-        os.environ.get("ALEXOP_FORCE_SM80"), os.environ.get("CUDA_FORCE_PTX_JIT")):
-        return False
-    return _selection(256, 3, 96, (224, 224), 2, torch.bfloat16, "highest")["input_grad"].startswith("dgrad_gmma")
-
-
 @pytest.mark.parametrize("dtype,mode,bound", MODES)
 def test_three_channel_forwards_run_alexop_kernels_on_hopper(dtype, mode, bound):
     """On Hopper every 3-channel forward of the grid, images up to 1024 x 1024, runs one of
     alexop's tensor-core kernels: images too wide for a patch of whole rows in column blocks
     (forward/plan.cu), where cuDNN ran before."""
-    if not _hopper_kernels():
+    if not wgmma_kernels_run():
         pytest.skip("expectations for the sm_90a kernels")
     shapes = dict.fromkeys((n, k, hw, p) for n, _, k, hw, p in GRID)
     shapes.update(dict.fromkeys((8, k, (1024, 1024), p) for k in (16, 64, 96, 128, 192, 384) for p in (0, 2, 5)))

@@ -2,13 +2,11 @@
 without running anything. On CUDA the expected names follow the selectors'
 decision trees (csrc/cuda/*/select.cu) for AlexNet's first layer."""
 
-import os
-
 import pytest
 import torch
 
 import alexop
-from conftest import make_inputs, needs_cuda
+from conftest import make_inputs, needs_cuda, sm80_kernels_forced, wgmma_kernels_run
 
 KEYS = ("forward", "weight_grad", "input_grad")
 
@@ -116,13 +114,11 @@ EXPECTED = {
 def gpu():
     """Which column of EXPECTED this GPU takes: 0 for sm_90 (the default build
     carries sm_90a code), 1 for A100; other GPUs skip."""
-    if os.environ.get("ALEXOP_FORCE_SM80") == "1" or os.environ.get("CUDA_FORCE_PTX_JIT") == "1":
+    if sm80_kernels_forced():
         pytest.skip("sm_80 kernels forced on this GPU: an sm_80 choice with its shared memory, unlike either column")
     major, minor = torch.cuda.get_device_capability()
     if major == 9:
-        # A build without sm_90a code (TORCH_CUDA_ARCH_LIST="8.0+PTX", the test of the PTX path)
-        # has no wgmma kernel to choose.
-        if _names(*ALEXNET, torch.bfloat16, "highest")["input_grad"].startswith("dgrad_mma"):
+        if not wgmma_kernels_run():
             pytest.skip("this build carries no sm_90a code: an sm_80 choice with sm_90's shared memory")
         return 0
     if (major, minor) == (8, 0):
