@@ -136,7 +136,17 @@ WIDE_SHAPES = [
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 def test_forward_accuracy_wide_images(shape, dtype, mode, bound, bias, channels_last):
     n, k, h, w, p = shape
-    x, wt, b = make_inputs(n, 3, k, h, w, dtype=dtype, device="cuda", bias=bias)
+    names = _check_forward((n, 3, k, h, w, p), dtype, mode, bound, bias, channels_last)
+    if wgmma_kernels_run():
+        assert names["forward"] != "fwd_cudnn", names
+
+
+def _check_forward(shape, dtype, mode, bound, bias, channels_last):
+    """The forward of make_inputs' tensors, on an allocator poisoned with NaN: every element
+    written, in F.conv2d's layout, within bound of float64 (under "high", TF32's bound where
+    cuDNN runs: "high" lets it use TF32). Returns kernel_for's names."""
+    n, c, k, h, w, p = shape
+    x, wt, b = make_inputs(n, c, k, h, w, dtype=dtype, device="cuda", bias=bias)
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
     ref = reference(x, wt, b, p)
@@ -144,11 +154,42 @@ def test_forward_accuracy_wide_images(shape, dtype, mode, bound, bias, channels_
     with precision(mode):
         out = alexop.conv11s4(x, wt, b, p)
         names = alexop.kernel_for(x, wt, p)
-    if wgmma_kernels_run():
-        assert names["forward"] != "fwd_cudnn", names
+    if mode == "high" and names["forward"] == "fwd_cudnn":
+        bound = 1e-3
     assert torch.isfinite(out).all(), "some output element was not written"
     assert_layout_like(out, ref)
     assert rel_l2(out, ref) <= bound, names
+    return names
+
+
+# 4-16 input channels: on sm_90 TF32 and 16-bit forwards from NCHW run one kernel that
+# walks the channels in chunks (gmma_chunks.cuh: one channel a chunk in TF32, two in
+# 16-bit), streaming each chunk's weights and patch while the last one multiplies. Shapes:
+# chunks the channels fill and do not (odd counts in 16-bit), channel groups (K > 96 in
+# TF32, > 128 in 16-bit), ragged K, odd and no padding, a partial last tile, column blocks
+# (1024 wide); channels_last inputs (up to 8 channels) and 16-bit rows of other than 16-byte
+# multiples are copied to NCHW rows of whole 16-byte units first. The fp32-accurate modes take
+# the slices, or ("high") cuDNN's TF32, and channels_last inputs of more channels cuDNN:
+# checked all the same.
+CHUNK_SHAPES = [
+    (4, 4, 96, 224, 224, 2),
+    (3, 5, 64, 100, 100, 0),
+    (2, 8, 40, 127, 127, 5),
+    (2, 16, 192, 63, 63, 1),
+    (1, 13, 384, 95, 111, 3),
+    (2, 7, 96, 27, 1024, 2),
+]
+
+
+@pytest.mark.parametrize("shape", CHUNK_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype,mode,bound", FORWARD_MODES)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_forward_accuracy_more_channels(shape, dtype, mode, bound, bias, channels_last):
+    names = _check_forward(shape, dtype, mode, bound, bias, channels_last)
+    c = shape[1]
+    if wgmma_kernels_run() and (dtype != torch.float32 or mode == "medium") and (not channels_last or c <= 8):
+        assert names["forward"].startswith(("nchw+" if channels_last else "") + "fwd_gmma_chunks_"), names
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)

@@ -1,10 +1,10 @@
 """Every 11x11 stride-4 convolution the op accepts, on CUDA: which kernel the
 selectors choose (never the slow reference kernels where a tensor-core kernel or
 cuDNN is faster), and that the choices beyond AlexNet's shape — 1 or 2 input
-channels padded to 3, 4 to 16 in slices of 3, up to 384 filters in channel groups, cuDNN for
-the rest —
-compute F.conv2d at the promised precision (float32's default is fp32-accurate,
-so a cuDNN fallback that used TF32 there would fail)."""
+channels padded to 3, 4 to 16 in chunks (Hopper's TF32 and 16-bit forward) or slices of 3,
+up to 384 filters in channel groups, cuDNN for the rest — compute F.conv2d at the promised
+precision (float32's default is fp32-accurate, so a cuDNN fallback that used TF32 there
+would fail)."""
 
 import itertools
 
@@ -140,27 +140,31 @@ def test_float64_keeps_the_reference_kernels():
 
 
 @pytest.mark.parametrize(
-    "c,k,want",
+    "c,k,want,on_hopper",
     [
-        (1, 96, "pad3+"),  # a zero channel, then the 3-channel kernels
-        (2, 64, "pad3+"),
-        (4, 96, "slice3x2+"),  # slices of 3 channels, the last zero-padded; partial outputs summed
-        (6, 64, "slice3x2+"),
-        (8, 64, "fwd_cudnn"),  # 16-bit: cuDNN wins from 3 slices on
+        (1, 96, "pad3+", "pad3+"),  # a zero channel, then the 3-channel kernels
+        (2, 64, "pad3+", "pad3+"),
+        # slices of 3 channels, the last zero-padded, partial outputs summed; on Hopper one
+        # kernel over chunks of 2 channels
+        (4, 96, "slice3x2+", "fwd_gmma_chunks_bf16_c96"),
+        (6, 64, "slice3x2+", "fwd_gmma_chunks_bf16_c64"),
+        (8, 64, "fwd_cudnn", "fwd_gmma_chunks_bf16_c64"),  # cuDNN wins from 3 slices on
+        (16, 192, "fwd_cudnn", "fwd_gmma_chunks_bf16_split_g128"),
     ],
 )
-def test_first_layer_choices(c, k, want):
+def test_first_layer_choices(c, k, want, on_hopper):
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("alexop's tensor-core kernels need sm_80")
     names = _selection(64, c, k, (224, 224), 2, torch.bfloat16, "highest")
-    assert names["forward"].startswith(want), names
+    assert names["forward"].startswith(on_hopper if wgmma_kernels_run() else want), names
 
 
 # (C_in, mode) -> the kernel-name prefixes of (forward, weight_grad, input_grad) for 8 images
-# of 100 x 100, 96 filters: slices of 3 channels where they beat cuDNN's kernels for the same
-# precision (full fp32: up to 16 channels; TF32: the forward up to 6, the input gradient never;
-# "high": as TF32, but the forward, fp32-accurate there, never; 16-bit: the forward up to 6, the
-# gradients up to 8).
+# of 100 x 100 from channels_last, 96 filters: slices of 3 channels where they beat cuDNN's
+# kernels for the same precision (full fp32: up to 16 channels; TF32: the forward up to 6, the
+# input gradient never; "high": as TF32, but the forward, fp32-accurate there, never; 16-bit: the
+# forward up to 6, the gradients up to 8). On Hopper the TF32 and 16-bit forwards of up to 8
+# channels run the chunk kernel on an NCHW copy instead (CHUNKED).
 SLICED = {
     (4, "fp32"): ("slice3x2+", "slice3x2+", "slice3x2+"),
     (16, "fp32"): ("slice3x6+", "slice3x6+", "slice3x6+"),
@@ -172,6 +176,9 @@ SLICED = {
 }
 
 
+CHUNKED = {"tf32": "nchw+fwd_gmma_chunks_tf32_c96", "bf16": "nchw+fwd_gmma_chunks_bf16_c96"}
+
+
 @pytest.mark.parametrize("c,mode", list(SLICED), ids=lambda v: str(v))
 def test_channel_slices_selection(c, mode):
     if torch.cuda.get_device_capability() < (8, 0):
@@ -180,7 +187,10 @@ def test_channel_slices_selection(c, mode):
     precision = {"tf32": "medium", "high": "high"}.get(mode, "highest")
     names = _selection(8, c, 96, (100, 100), 2, dtype, precision, True)
     got = tuple(names[key] for key in ("forward", "weight_grad", "input_grad"))
-    assert all(name.startswith(want) for name, want in zip(got, SLICED[c, mode])), got
+    want = SLICED[c, mode]
+    if wgmma_kernels_run() and mode in CHUNKED and c <= 8:
+        want = (CHUNKED[mode],) + want[1:]
+    assert all(name.startswith(prefix) for name, prefix in zip(got, want)), got
 
 
 @pytest.mark.parametrize("c", [4, 8, 16])

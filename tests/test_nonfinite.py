@@ -23,9 +23,13 @@ MODES = [
 # (N, C_in, C_out, H, W, padding): a small shape, and AlexNet's conv1 at batch
 # 8, where the CUDA tensor-core kernels run (small shapes may take others);
 # 6 channels: two slices of 3 on CUDA, the second adding its part to the
-# first's (forward) and read and written in place (views of the images).
+# first's (forward) and read and written in place (views of the images); on
+# Hopper the TF32 and 16-bit forwards walk chunks of channels instead, as for 5
+# channels of 61 columns (the last 16-bit chunk half zeros, rows copied to
+# whole 16-byte units first).
 SMALL = (2, 3, 8, 64, 64, 2)
 SLICES = (2, 6, 8, 64, 64, 2)
+CHUNKS = (2, 5, 8, 61, 61, 1)
 ALEXNET = (8, 3, 96, 224, 224, 2)
 # too wide for whole input rows beside 96 filters' weights: column blocks, each
 # tile's patch its block's columns, zeros written past the image's edges
@@ -34,6 +38,7 @@ CASES = [
     pytest.param("cpu", SMALL, id="cpu"),
     pytest.param("cuda", SMALL, id="cuda", marks=needs_cuda),
     pytest.param("cuda", SLICES, id="cuda-slices", marks=needs_cuda),
+    pytest.param("cuda", CHUNKS, id="cuda-chunks", marks=needs_cuda),
     pytest.param("cuda", WIDE, id="cuda-wide", marks=needs_cuda),
     pytest.param("cuda", ALEXNET, id="cuda-alexnet", marks=[needs_cuda, pytest.mark.slow]),
 ]

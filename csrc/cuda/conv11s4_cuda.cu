@@ -187,6 +187,40 @@ void forward_slices(
   }
 }
 
+// The chunk kernel reads NCHW input rows (gmma_chunks.cuh): a channels_last
+// input is copied to NCHW first (a tiled transpose, relayout.h). 16-bit rows
+// that are not whole 16-byte units are copied once more into rows padded
+// with zero columns to a multiple of 16 bytes: 16-bit elements have no
+// asynchronous copy of their own, so each chunk's rows would be loaded
+// synchronously. The zeros lie past the last column, where the convolution
+// reads padding zeros or nothing: the output keeps the input's width.
+at::Tensor chunk_input(const at::Tensor& input) {
+  const auto x = cuda::relayout(input, at::MemoryFormat::Contiguous);
+  const int64_t unit = 16 / x.element_size(), W = x.size(3);
+  const bool rows_aligned = W % unit == 0 && cuda::alignment(x.const_data_ptr()) >= 16;
+  if (rows_aligned || x.scalar_type() == at::kFloat) return x;
+  const int64_t Wp = (W + unit - 1) / unit * unit;
+  auto y = at::empty({x.size(0), x.size(1), x.size(2), Wp}, x.options());
+  y.narrow(3, W, Wp - W).zero_();
+  y.narrow(3, 0, W).copy_(x);
+  return y;
+}
+
+// The chunk kernel on its input (chunk_input): the problem of the copy, if
+// one was made, is the original's with the padded width.
+void forward_chunks(
+    const cuda::forward::Choice& choice, const cuda::forward::Problem& p,
+    const at::Tensor& x, const at::Tensor& w, const at::Tensor* bias,
+    const at::Tensor& output) {
+  const auto xc = chunk_input(x);
+  auto pc = p;
+  const auto o = operand(xc);
+  pc.nhwc = o.nhwc;
+  pc.input_align = o.align;
+  pc.W = xc.size(3);
+  cuda::forward::launch(choice, pc, {xc, w, bias, output});
+}
+
 // The layout the chosen forward kernels write: the result's where they
 // store at any strides, except into the NCHW sum of a sliced 16-bit
 // forward's partial outputs; else NCHW, which the caller copies.
@@ -237,6 +271,8 @@ at::Tensor conv11s4_cuda(
   const auto b = has_bias ? bias_opt->contiguous() : at::Tensor();
   if (choice.slices > 0) {
     forward_slices(x, w, has_bias ? &b : nullptr, padding, choice.slices, output);
+  } else if (choice.kernel == cuda::forward::Kernel::kGmmaChunks) {
+    forward_chunks(choice, p, x, w, has_bias ? &b : nullptr, output);
   } else {
     cuda::forward::launch(choice, p, {x, w, has_bias ? &b : nullptr, output});
   }

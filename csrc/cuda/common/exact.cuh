@@ -37,17 +37,17 @@ __device__ __forceinline__ double dbl(T v) {
 }
 
 // Output (n, k, p, q) without the bias, from x (element strides sN, sC,
-// sH, sW) and the weights w (K, 3, 11, 11) contiguous: all 363 taps. The
-// kernels pass their Params' fields as they are: arithmetic on them at the
-// call site would be hoisted out of their tile loops and hold registers.
+// sH, sW) and the weights w (K, C, 11, 11) contiguous: all C * 121 taps.
+// The kernels pass their Params' fields as they are: arithmetic on them at
+// the call site would be hoisted out of their tile loops and hold registers.
 template <typename T>
-__device__ __noinline__ float forward(const T* x, int64_t sN, int sC, int sH, int sW, int H, int W, const T* w,
-                                      int pad, int n, int k, int p, int q) {
+__device__ __noinline__ float forward(const T* x, int64_t sN, int sC, int sH, int sW, int H, int W, int C,
+                                      const T* w, int pad, int n, int k, int p, int q) {
   const T* xn = x + n * sN;
-  const T* wk = w + (int64_t)k * kKred;
+  const T* wk = w + (int64_t)k * C * kR * kR;
   double acc = 0.0;
 #pragma unroll 1
-  for (int c = 0; c < kC; ++c)
+  for (int c = 0; c < C; ++c)
 #pragma unroll 1
     for (int r = 0; r < kR; ++r) {
       const int h = 4 * p + r - pad;

@@ -13,8 +13,9 @@ enum class Fp32Math {
 };
 
 // What a tensor-core kernel's products compute: the MODE template argument of
-// every kernel family, in one numbering. The last three are the forward's
-// 16-bit A layouts, modes of its gather kernels (forward/gather.cuh).
+// every kernel family, in one numbering. From k16Pairs on they are modes of
+// the forward's gather kernels (forward/gather.cuh): its 16-bit A layouts,
+// and the channel-chunk reductions of more than 3 input channels.
 enum MathMode : int {
   k3xTf32 = 0,     // fp32-accurate: TF32 big and small parts, three products
   kTf32 = 1,       // one TF32 product
@@ -24,6 +25,8 @@ enum MathMode : int {
   k16Pairs = 5,    // 16-bit NCHW of even padding: s padded to 12, a k pair per patch word
   k16S2d = 6,      // 16-bit space-to-depth (4 x 4 blocks), NCHW
   k16S2dNhwc = 7,  // the same, channels_last
+  kTf32Chunks = 8,  // any channel count, chunks of 1 channel (121 taps padded to 128), TF32
+  k16Chunks = 9,    // the same, chunks of 2 channels, bf16 / fp16
 };
 
 }  // namespace alexop::cuda

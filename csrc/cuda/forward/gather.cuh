@@ -20,6 +20,12 @@
 // Padded reduction slots read patch words against zero weights, so an Inf
 // input can make NaN of outputs whose window excludes it: the epilogues
 // recompute NaN outputs exactly (exact_output).
+//
+// More input channels (the chunk modes, gmma_chunks.cuh): the reduction runs
+// over chunks of one or two channels, each channel's 121 taps padded to 128
+// slots; a CTA streams each chunk's weights and patch into one of two
+// buffers while the other chunk multiplies, and keeps its accumulators
+// across the chunks of a tile.
 
 #include "../common/constants.h"
 #include "../common/exact.cuh"
@@ -55,13 +61,24 @@ constexpr int kB3Group = 2;
 constexpr int kKpadP = 400;
 constexpr int kKs2d = 432;
 constexpr int kS2G = 6;  // space-to-depth: 16-byte groups of 8 (c, a, b) values per block
+constexpr int kChunkSlots = 128;  // chunk modes: reduction slots of a channel (121 taps)
+
+// The chunk modes: channels per chunk (a chunk's weights of 128 channels
+// take the same bytes in TF32 and in 16-bit pairs), and chunks of C channels.
+__host__ __device__ constexpr bool chunked_of(int mode) { return mode == kTf32Chunks || mode == k16Chunks; }
+__host__ __device__ constexpr int chunk_channels_of(int mode) {
+  return mode == k16Chunks ? 2 : chunked_of(mode) ? 1 : kC;
+}
+__host__ __device__ constexpr int chunks_of(int mode, int C) {
+  return chunked_of(mode) ? (C + chunk_channels_of(mode) - 1) / chunk_channels_of(mode) : 1;
+}
 
 struct Params {
   const void* x;
   const uint4* wfrag;
   const void* bias;  // may be null
   void* y;
-  int N, H, W, K, P, Q, pad;
+  int N, C, H, W, K, P, Q, pad;  // C: 3, or the chunk kernels' input channels
   int PQ, tiles_per_img, total_tiles, MT;
   // column blocks: QB output columns each (the last may be narrower, its
   // tiles MTL pixels to keep them within the patch's rows), nqb of them,
@@ -79,7 +96,7 @@ struct Params {
   // space-to-depth patch (PW is its row length in blocks, CS the bytes of
   // one whole patch buffer)
   int gs;
-  // exact_output: the weights as given (K, 3, 11, 11); x's element strides
+  // exact_output: the weights as given (K, C, 11, 11); x's element strides
   // (the copies too: an image of a channel slice is C channels from the next)
   const void* w;
   exact::Strides xs;
@@ -88,17 +105,19 @@ struct Params {
 };
 
 // k steps of the padded reduction (k16 for 16-bit operands and bf16x3 /
-// 3xFP16, k8 for TF32 ones).
+// 3xFP16, k8 for TF32 ones); of one chunk in the chunk modes.
 __host__ __device__ constexpr int ksteps_of(int mode) {
-  return (mode == k16S2d || mode == k16S2dNhwc) ? kKs2d / 16
+  return chunked_of(mode) ? chunk_channels_of(mode) * kChunkSlots / (mode == k16Chunks ? 16 : 8)
+         : (mode == k16S2d || mode == k16S2dNhwc) ? kKs2d / 16
          : mode == k16Pairs ? kKpadP / 16
          : (mode == k16 || mode == kBf16x3 || mode == k3xFp16) ? kKpad / 16 : kKpad / 8;
 }
 // 3xTF32 and 3xFP16 on wgmma (GMMA) hold B as a block of big parts then one
 // of small.
 __host__ __device__ constexpr bool split_b_of(int mode) { return mode == k3xTf32 || mode == k3xFp16; }
-// Bytes of the resident weights of one channel group of NT8 n8 tiles; bf16x3
-// holds hi and lo fragments: one uint4 per (k16 step, n8 tile, lane).
+// Bytes of the resident weights of one channel group of NT8 n8 tiles (of
+// one chunk in the chunk modes); bf16x3 holds hi and lo fragments: one uint4
+// per (k16 step, n8 tile, lane).
 __host__ __device__ constexpr int wfrag_bytes_of(int mode, int nt8, bool gmma) {
   return ksteps_of(mode) * (mode == kBf16x3 ? nt8 : nt8 / 2) * 32 * 16 * (gmma && split_b_of(mode) ? 2 : 1);
 }
@@ -110,9 +129,14 @@ template <int MODE, int NT8, bool GMMA = false> __host__ __device__ constexpr in
 
 // Weight (n, k) of the padded reduction; k16Pairs's k runs over (c, r, s) with s padded to 12,
 // k16S2d's over (tap (i, j), c, a, b) with r = 4i + a, s = 4j + b (zero past 10),
-// k16S2dNhwc's over (tap, a, b, c).
+// k16S2dNhwc's over (tap, a, b, c), the chunk modes' over (c, r * 11 + s padded to 128)
+// of C channels.
 template <typename T, int MODE>
-__device__ __forceinline__ float weight_at(const T* __restrict__ w, int K, int k, int n) {
+__device__ __forceinline__ float weight_at(const T* __restrict__ w, int K, int k, int n, int C = kC) {
+  if constexpr (chunked_of(MODE)) {
+    const int c = k / kChunkSlots, rs = k % kChunkSlots;
+    return (rs < kR * kR && c < C && n < K) ? to_f(w[((size_t)n * C + c) * kR * kR + rs]) : 0.f;
+  }
   if constexpr (MODE == k16S2d || MODE == k16S2dNhwc) {
     const int tap = k / 48, ch = k - tap * 48;
     const int c = MODE == k16S2d ? ch >> 4 : ch % 3;
@@ -132,7 +156,7 @@ __device__ __forceinline__ float weight_at(const T* __restrict__ w, int K, int k
 template <typename T>
 __device__ __forceinline__ float exact_output(const Params& p, int n, int k, int m) {
   const int pp = m / p.Q;
-  return exact::forward(static_cast<const T*>(p.x), p.xs.n, (int)p.xs.c, (int)p.xs.h, (int)p.xs.w, p.H, p.W,
+  return exact::forward(static_cast<const T*>(p.x), p.xs.n, (int)p.xs.c, (int)p.xs.h, (int)p.xs.w, p.H, p.W, p.C,
                         static_cast<const T*>(p.w), p.pad, n, k, pp, m - pp * p.Q);
 }
 
@@ -174,9 +198,11 @@ __device__ __forceinline__ int out_pixel(const Params& p, const TileGeom& tg, in
 // input column 4 q0 - PADL + j. With one block the columns outside [PADL,
 // PADL + wcopy) were zeroed once and are never written again; with column
 // blocks each tile writes its rows' whole width, zeros outside the input.
-template <typename T, int NWARPS = kWarps>
+// NCH channels from c0 (NCHW; the chunk kernels' chunk): rows of channels
+// past the input's last are zeros.
+template <typename T, int NWARPS = kWarps, int NCH = kC>
 __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, T* patch, int warp,
-                                           int lane) {
+                                           int lane, int c0 = 0) {
   const T* x = static_cast<const T*>(p.x);
   const int xc0 = 4 * tg.q0 - p.PADL;  // the input column of patch column 0
   const int jlo = max(0, -xc0), jhi = max(jlo, min(p.PW, p.W - xc0));  // the columns the input covers
@@ -201,15 +227,15 @@ __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, 
   // per lane, so the copy loops stay rolled (instruction issue is the cost).
   // channels_last: the patch is NHWC too, so an input row (W*C contiguous
   // elements) is one contiguous copy.
-  const int nrun = p.nhwc ? 1 : kC;
+  const int nrun = p.nhwc ? 1 : NCH;
   for (int c = 0; c < nrun; ++c) {
     for (int i = warp; i < tg.rows_in; i += NWARPS) {
       const int h = tg.h0 + i;
       T* row = patch + c * p.CS + i * p.rstr;
-      if (h >= 0 && h < p.H) {
+      if (h >= 0 && h < p.H && (NCH == kC || c0 + c < p.C)) {
         const int col = xc0 + jlo;  // >= 0
         const size_t src = p.nhwc ? (((size_t)tg.n * p.H + h) * p.W + col) * kC
-                                  : (size_t)tg.n * p.xs.n + ((size_t)c * p.H + h) * p.W + col;
+                                  : (size_t)tg.n * p.xs.n + ((size_t)(c0 + c) * p.H + h) * p.W + col;
         copy(row + jlo * el, x + src, (jhi - jlo) * el);
         if (edges) {
           zero(row, 0, jlo * el);
@@ -222,23 +248,35 @@ __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, 
   }
 }
 
-// Resident weights of this CTA's channel group (copy in flight on return),
-// gather table, bias, zeroed patch buffers.
+// Bytes of shared memory before the gather table: the resident weights, or
+// the chunk kernels' two buffers of one chunk's.
+__host__ __device__ constexpr int weight_smem_bytes_of(int mode, int nt8, bool gmma) {
+  return wfrag_bytes_of(mode, nt8, gmma) * (chunked_of(mode) ? 2 : 1);
+}
+
+// Resident weights of this CTA's channel group (copy in flight on return;
+// the chunk kernels copy theirs chunk by chunk), gather table, bias, zeroed
+// patch buffers.
 template <typename T, int MODE, int NT8, int NBUF, int NTHREADS = kThreads, int UNIT = 1, bool GMMA = false>
 __device__ __forceinline__ void init_smem(const Params& p, unsigned char* smem) {
-  constexpr int WB = wfrag_bytes<MODE, NT8, GMMA>();
+  constexpr int WB = wfrag_bytes<MODE, NT8, GMMA>(), WS = weight_smem_bytes_of(MODE, NT8, GMMA);
   const int kg0 = blockIdx.y * NT8 * 8;
   const uint4* wsrc = p.wfrag + (size_t)blockIdx.y * (WB / 16);
-  int* offk = reinterpret_cast<int*>(smem + WB);
-  float* sbias = reinterpret_cast<float*>(smem + WB + kKtab * 4);
-  T* patch0 = reinterpret_cast<T*>(smem + WB + kKtab * 4 + kMaxK * 4);
-  const int buf_elems = kC * p.CS;
+  int* offk = reinterpret_cast<int*>(smem + WS);
+  float* sbias = reinterpret_cast<float*>(smem + WS + kKtab * 4);
+  T* patch0 = reinterpret_cast<T*>(smem + WS + kKtab * 4 + kMaxK * 4);
+  const int buf_elems = chunk_channels_of(MODE) * p.CS;
   const int tid = threadIdx.x;
-  for (int i = tid; i < WB / 16; i += NTHREADS)
-    cp_async16(reinterpret_cast<uint4*>(smem) + i, wsrc + i);
+  if constexpr (!chunked_of(MODE)) {
+    for (int i = tid; i < WB / 16; i += NTHREADS)
+      cp_async16(reinterpret_cast<uint4*>(smem) + i, wsrc + i);
+  }
   for (int k = tid; k < kKtab; k += NTHREADS) {
     int v = 0;  // padded k: weight is zero, any finite patch word will do
-    if constexpr (MODE == k16Pairs) {
+    if constexpr (chunked_of(MODE)) {
+      const int c = k / kChunkSlots, rs = k % kChunkSlots, r = rs / kR, s = rs - r * kR;
+      if (c < chunk_channels_of(MODE) && rs < kR * kR) v = c * p.cstr + r * p.rstr + s * p.sstr;
+    } else if constexpr (MODE == k16Pairs) {
       // entry u = word offset of the pair (k, k+1) = (2u, 2u+1)
       const int row = (2 * k) / 12, s = 2 * k - row * 12;
       const int c = row / kR, r = row - c * kR;

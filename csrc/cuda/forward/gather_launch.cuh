@@ -1,11 +1,12 @@
 #pragma once
-// The launchers of the gather kernels (mma.sync, wgmma) and of the
+// The launchers of the gather kernels (mma.sync, wgmma, wgmma chunks) and of the
 // space-to-depth kernel: the weights' prep kernel, then the kernel, as the
 // plan (plan.cu) tiles the problem. Included by the files that instantiate
 // them (gather_*.cu, s2d.cu).
 
 #include "../common/launch.h"
 #include "gmma.cuh"
+#include "gmma_chunks.cuh"
 #include "launch.h"
 #include "mma_sync.cuh"
 #include "plan.h"
@@ -26,6 +27,7 @@ inline Params make_params(const Problem& pr, const TilePlan& t, const Args& a, c
   p.bias = a.bias != nullptr ? a.bias->data_ptr() : nullptr;
   p.y = a.output.data_ptr();
   p.N = (int)pr.N;
+  p.C = (int)pr.C;
   set_sizes(p, pr);
   p.tiles_per_img = t.tiles_per_img;
   p.QB = t.QB;
@@ -75,19 +77,20 @@ void launch_s2d(const Problem& pr, const Args& a) {
 }
 
 // NT8 * 8 channels per CTA; more channels than that are split into groups,
-// each with its own CTAs (grid y) and resident weights.
+// each with its own CTAs (grid y) and resident weights (the chunk modes: all
+// chunks of a group's weights, streamed).
 template <typename T, int MODE, int NT8, int NBUF, bool GMMA, int CPS, bool STAGED>
 void launch(const Problem& pr, const Args& a) {
   const TilePlan plan = plan_gather(pr, {(MathMode)MODE, NT8, NBUF, GMMA, CPS, STAGED, (int)sizeof(T)});
   TORCH_INTERNAL_ASSERT(plan.fits, "forward gather kernel: chosen for a problem it does not fit");
   constexpr int WB = wfrag_bytes<MODE, NT8, GMMA>();
-  const int K = (int)pr.K, groups = plan.groups;
+  const int K = (int)pr.K, C = (int)pr.C, groups = plan.groups, chunks = chunks_of(MODE, C);
   auto stream = c10::cuda::getCurrentCUDAStream();
   // 3xFP16 appends B's scale exponent (one channel group only)
-  const at::Tensor wbuf = scratch(a.input, (int64_t)WB * groups + (MODE == k3xFp16 ? 16 : 0));
+  const at::Tensor wbuf = scratch(a.input, (int64_t)WB * chunks * groups + (MODE == k3xFp16 ? 16 : 0));
   {
     // split B: a thread writes big and small
-    const int nthreads = WB / 16 / (GMMA && split_b<MODE>() ? 2 : 1);
+    const int nthreads = WB * chunks / 16 / (GMMA && split_b<MODE>() ? 2 : 1);
     if constexpr (GMMA) {
       int* wexp = nullptr;
       if constexpr (MODE == k3xFp16) {
@@ -96,7 +99,7 @@ void launch(const Problem& pr, const Args& a) {
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
       prep_weights_gmma_kernel<T, MODE, NT8><<<dim3((nthreads + 255) / 256, groups), 256, 0, stream>>>(
-          static_cast<const T*>(a.weight.data_ptr()), K, static_cast<uint4*>(wbuf.data_ptr()), wexp);
+          static_cast<const T*>(a.weight.data_ptr()), K, static_cast<uint4*>(wbuf.data_ptr()), wexp, C);
     } else {
       prep_weights_kernel<T, MODE, NT8><<<dim3((nthreads + 255) / 256, groups), 256, 0, stream>>>(
           static_cast<const T*>(a.weight.data_ptr()), K, static_cast<uint32_t*>(wbuf.data_ptr()));
@@ -107,7 +110,8 @@ void launch(const Problem& pr, const Args& a) {
   p.nhwc = pr.nhwc ? 1 : 0;
 
   auto kern = [] {
-    if constexpr (GMMA) return conv11s4_fwd_gmma_kernel<T, MODE, NT8, NBUF, CPS, STAGED>;
+    if constexpr (chunked_of(MODE)) return conv11s4_fwd_gmma_chunks_kernel<T, MODE, NT8>;
+    else if constexpr (GMMA) return conv11s4_fwd_gmma_kernel<T, MODE, NT8, NBUF, CPS, STAGED>;
     else return conv11s4_fwd_tc_kernel<T, MODE, NT8, NBUF>;
   }();
   allow_max_dynamic_smem(kern);

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(MODE != kBf16x3, "bf16x3 has no wgmma form");
   static_assert(MODE != k3xFp16 || (!STAGED && CPS == 1 && NBUF == 1), "3xFP16: one CTA, one patch buffer");
-  using TA = std::conditional_t<MODE == kTf32 || MODE == k3xTf32, float, std::conditional_t<MODE == k3xFp16, __half, T>>;
+  using TA = a_type<T, MODE>;
   static_assert(!STAGED || (sizeof(T) == 2 && NBUF == 2 && CPS == 1), "staged: 16-bit, one CTA of two patch buffers");
   constexpr int NTHR = kGThreads / CPS, NWARPS = NTHR / 32;  // the MMA warps
   constexpr int NALL = NTHR + (STAGED ? kStoreThreads : 0);
@@ -95,15 +95,7 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
   constexpr int KS = ksteps<MODE>();
   constexpr int WB = wfrag_bytes<MODE, NT8, true>();
   constexpr int NACC = NT8 * 4;
-  // A buffers and how many k steps ahead of the MMAs they are filled; the
-  // fp32 modes (k8 steps) keep three wgmmas in flight (measured faster than
-  // two)
-  constexpr bool kFp32 = MODE == kTf32 || MODE == k3xTf32;  // k8 steps
-  constexpr int NB = kFp32 ? 6 : 4, AHEAD = kFp32 ? 3 : 2;
-  // the gather table is kept in bytes (k16Pairs counts 32-bit pairs)
-  constexpr int UB = MODE == k16 ? 2 : 4;
   const int* offk = reinterpret_cast<const int*>(smem + WB);
-  const int2* offk2 = reinterpret_cast<const int2*>(offk);
   const float* sbias = reinterpret_cast<const float*>(smem + WB + kKtab * 4);
   T* patch0 = reinterpret_cast<T*>(smem + WB + kKtab * 4 + kMaxK * 4);
   const int buf_elems = kC * p.CS;
@@ -111,7 +103,7 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int wg = warp >> 2, wq = warp & 3;
-  init_smem<T, MODE, NT8, NBUF, NALL, UB, true>(p, smem);
+  init_smem<T, MODE, NT8, NBUF, NALL, table_unit(MODE), true>(p, smem);
   const int kg0 = blockIdx.y * NT8 * 8;  // this CTA's channel group: kg0 + [0, NT8 * 8)
   const int nch = min(NT8 * 8, p.K - kg0);
   if constexpr (STAGED) {
@@ -125,8 +117,6 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
     }
   }
   const uint64_t desc0 = gmma_desc(smem_u32(smem));
-  // 3xTF32, 3xFP16: the small parts of B, one block of KS * NT8 * 256 bytes on
-  constexpr uint64_t kSmallB = (uint64_t)(KS * NT8 * 256) >> 4;
   // 3xFP16: B was scaled by 2^tw (its exponent follows the fragments)
   [[maybe_unused]] const int tw = MODE == k3xFp16 ? *reinterpret_cast<const int*>(p.wfrag + WB / 16) : 0;
 
@@ -168,79 +158,10 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
     for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
 
     if (active) {
-      const unsigned char* Pb = reinterpret_cast<const unsigned char*>(patch0 + buf * buf_elems);
-      int pb[2];  // byte offsets of rows mrow, mrow + 8 in the patch
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int m = min(mrow + hh * 8, tg.mend - 1);  // clamp keeps reads in loaded rows
-        const int pp = m / tg.Qb, qq = m - pp * tg.Qb;
-        pb[hh] = (4 * p.rstr * (pp - tg.p_lo) + (4 * qq + p.shift) * p.sstr) * (int)sizeof(T);
-      }
-      auto ld32 = [&](int off) { return *reinterpret_cast<const uint32_t*>(Pb + off); };
-      auto ld16 = [&](int off) { return (uint32_t)*reinterpret_cast<const uint16_t*>(Pb + off); };
-      // A fragment of k step s (m16n8k16 / m16n8k8 order for this warp's 16 rows);
-      // 3xFP16 also As, the small parts: a patch word is one element's (hi, lo)
-      auto gather = [&](int s, uint32_t (&A)[4], uint32_t (&As)[4]) {
-        if constexpr (MODE == k3xFp16) {
-          const int2 lo = offk2[s * 8 + t], hi = offk2[s * 8 + t + 4];
-          const int2 ko[2] = {lo, hi};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int2 o = ko[e >> 1];
-            const uint32_t a = ld32(pb[e & 1] + o.x), b = ld32(pb[e & 1] + o.y);
-            A[e] = __byte_perm(a, b, 0x5410);
-            As[e] = __byte_perm(a, b, 0x7632);
-          }
-        } else if constexpr (MODE == k16) {
-          const int2 lo = offk2[s * 8 + t], hi = offk2[s * 8 + t + 4];
-          A[0] = ld16(pb[0] + lo.x) | (ld16(pb[0] + lo.y) << 16);
-          A[1] = ld16(pb[1] + lo.x) | (ld16(pb[1] + lo.y) << 16);
-          A[2] = ld16(pb[0] + hi.x) | (ld16(pb[0] + hi.y) << 16);
-          A[3] = ld16(pb[1] + hi.x) | (ld16(pb[1] + hi.y) << 16);
-        } else {
-          const int o0 = offk[s * 8 + t], o1 = offk[s * 8 + t + 4];
-          A[0] = ld32(pb[0] + o0); A[1] = ld32(pb[1] + o0);
-          A[2] = ld32(pb[0] + o1); A[3] = ld32(pb[1] + o1);
-          if constexpr (MODE == kTf32) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) A[e] = to_tf32(__uint_as_float(A[e]));
-          }
-        }
-      };
-      // Each A buffer is refilled only after the wait that retires the wgmma
-      // reading it (ptxas serializes the wgmmas otherwise), AHEAD steps
-      // before its own wgmma, so the gather latency hides behind the queue.
-      // 3xTF32 splits A into big (A) and small (As) parts as it is gathered.
-      uint32_t A[NB][4], As[split_b<MODE>() ? NB : 1][4];
-      auto fill = [&](int s, int u) {
-        gather(s, A[u], As[split_b<MODE>() ? u : 0]);
-        if constexpr (MODE == k3xTf32) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) split_3xtf32(__uint_as_float(A[u][e]), A[u][e], As[u][e]);
-        }
-      };
-#pragma unroll
-      for (int u = 0; u < AHEAD; ++u) fill(u, u);
-#pragma unroll 1
-      for (int s = 0; s < KS; s += NB) {
-#pragma unroll
-        for (int u = 0; u < NB; ++u) {
-          if (s + u < KS) {
-            const uint64_t desc = desc0 + (uint64_t)(((s + u) * NT8 * 256) >> 4);
-            gmma_fence();
-            if constexpr (split_b<MODE>()) {
-              // small products first, into the same fp32 accumulators
-              gmma_rs<TA, NT8>(acc, As[u], desc);
-              gmma_rs<TA, NT8>(acc, A[u], desc + kSmallB);
-            }
-            gmma_rs<TA, NT8>(acc, A[u], desc);
-            gmma_commit();
-            gmma_wait<NB - AHEAD>();
-            fill(s + u + AHEAD, (u + AHEAD) % NB);
-          }
-        }
-      }
-      gmma_wait<0>();
+      int pb[2];
+      patch_offsets<T>(p, tg, mrow, pb);
+      mma_steps<TA, MODE, NT8, KS>(reinterpret_cast<const unsigned char*>(patch0 + buf * buf_elems), pb, offk,
+                                   desc0, t, acc);
 #pragma unroll
       for (int i = 0; i < NACC; ++i) pin(acc[i]);
       if constexpr (MODE == k3xFp16) {
@@ -268,54 +189,7 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
       buf ^= 1;
     }
 
-    if (active) {
-      const bool ok0 = mrow < tg.mend, ok1 = mrow + 8 < tg.mend;
-      const size_t jstep = (size_t)8 * p.ysc;  // n8 block -> next one
-      // channels kg0 + kend at most; m8: from row mrow's output to row mrow + 8's
-      const int o0 = out_pixel(p, tg, mrow), kend = p.K - kg0;
-      const int m8 = (out_pixel(p, tg, mrow + 8) - o0) * p.ysm;
-      T* y0 = static_cast<T*>(p.y) + (size_t)tg.n * p.K * p.PQ + (size_t)(kg0 + 2 * t) * p.ysc +
-              (size_t)o0 * p.ysm;
-      T* y1 = y0 + p.ysc;
-      // predicate-free stores unless the tile or the channel count is ragged;
-      // PAIR: channels_last and K even, channels 2t and 2t + 1 in one store
-      auto store = [&](auto full, auto add, auto pair) {
-        using Add = decltype(add);
-#pragma unroll
-        for (int j = 0; j < NT8; ++j) {
-          const int ch = j * 8 + 2 * t;
-          const float2 bv = *reinterpret_cast<const float2*>(sbias + ch);
-          if constexpr (decltype(pair)::value) {
-            if (full || ch < kend) {
-              if (full || ok0) put2<Add>(y0, acc[j * 4] + bv.x, acc[j * 4 + 1] + bv.y);
-              if (full || ok1) put2<Add>(y0 + m8, acc[j * 4 + 2] + bv.x, acc[j * 4 + 3] + bv.y);
-            }
-          } else {
-            if (full || ch < kend) {
-              if (full || ok0) put<Add>(y0, acc[j * 4] + bv.x);
-              if (full || ok1) put<Add>(y0 + m8, acc[j * 4 + 2] + bv.x);
-            }
-            if (full || ch + 1 < kend) {
-              if (full || ok0) put<Add>(y1, acc[j * 4 + 1] + bv.y);
-              if (full || ok1) put<Add>(y1 + m8, acc[j * 4 + 3] + bv.y);
-            }
-          }
-          y0 += jstep;
-          y1 += jstep;
-        }
-      };
-      const bool pairs = p.ysc == 1 && p.K % 2 == 0;
-      with_accumulate<T>(p.accumulate, [&](auto add) {
-        const bool full = ok1 && kend >= NT8 * 8;
-        if (pairs) {
-          if (full) store(std::true_type{}, add, std::true_type{});
-          else store(std::false_type{}, add, std::true_type{});
-        } else {
-          if (full) store(std::true_type{}, add, std::false_type{});
-          else store(std::false_type{}, add, std::false_type{});
-        }
-      });
-    }
+    if (active) store_acc<T, NT8>(p, tg, acc, sbias, kg0, mrow, t);
   }
 #endif
 }

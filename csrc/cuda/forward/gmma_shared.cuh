@@ -1,6 +1,7 @@
 #pragma once
-// Pieces the forward's wgmma kernels share (gmma.cuh, s2d.cuh): the weights
-// in wgmma's layout, and the staged 16-bit epilogue.
+// Pieces the forward's wgmma kernels share (gmma.cuh, gmma_chunks.cuh,
+// s2d.cuh): the weights in wgmma's layout, a tile's A gather and wgmmas, its
+// epilogue from the accumulators, and the staged 16-bit epilogue.
 //
 // Staged epilogue. The MMA warps write the tile's outputs (bias added,
 // rounded) to shared memory as [channel][pixel] rows with stmatrix .trans
@@ -25,6 +26,13 @@
 
 namespace alexop::cuda::forward::gather {
 
+// A operand type of a mode's wgmmas: TF32 products read fp32 words, 3xFP16 fp16 halves.
+template <typename T, int MODE>
+using a_type = std::conditional_t<MODE == kTf32 || MODE == k3xTf32 || MODE == kTf32Chunks, float,
+                                  std::conditional_t<MODE == k3xFp16, __half, T>>;
+// Bytes a gather table entry counts (16-bit k16 elements; k16Pairs's 32-bit pairs).
+__host__ __device__ constexpr int table_unit(int mode) { return mode == k16 || mode == k16Chunks ? 2 : 4; }
+
 // B in the canonical K-major, no-swizzle layout: per k step (16 halves or 8
 // tf32 = 32 bytes of k) NT8 blocks of 8 channels, each two 8 x 16-byte core
 // matrices (k halves kc = 0, 1) of 128 contiguous bytes. Descriptor: leading
@@ -32,15 +40,16 @@ namespace alexop::cuda::forward::gather {
 // 3xTF32 (k3xTf32) writes the big parts, then the small parts in a second block
 // of the same layout. 3xFP16 (k3xFp16) does the same with fp16 halves of the
 // weights scaled by 2^tw (the exponent that weight_exp_kernel wrote to *wexp).
-// blockIdx.y is the channel group, as in prep_weights_kernel.
+// blockIdx.y is the channel group, as in prep_weights_kernel. The chunk
+// modes lay out C channels' chunks one after another, as one reduction.
 template <typename T, int MODE, int NT8>
 __global__ void prep_weights_gmma_kernel(const T* __restrict__ w, int K, uint4* __restrict__ out,
-                                         const int* __restrict__ wexp = nullptr) {
-  constexpr int KS = ksteps<MODE>();
-  constexpr int EPR = (MODE == kTf32 || MODE == k3xTf32) ? 4 : 8;  // elements per 16-byte core-matrix row
-  constexpr int BLOCK = KS * NT8 * 16;
+                                         const int* __restrict__ wexp = nullptr, int C = kC) {
+  const int KS = ksteps<MODE>() * chunks_of(MODE, C);
+  constexpr int EPR = std::is_same_v<a_type<T, MODE>, float> ? 4 : 8;  // elements per 16-byte core-matrix row
+  const int BLOCK = KS * NT8 * 16;
   const int kg0 = blockIdx.y * NT8 * 8;
-  w += (size_t)kg0 * kKred;
+  w += (size_t)kg0 * C * kR * kR;
   K -= kg0;
   out += (size_t)blockIdx.y * BLOCK * (split_b<MODE>() ? 2 : 1);
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
@@ -52,19 +61,170 @@ __global__ void prep_weights_gmma_kernel(const T* __restrict__ w, int K, uint4* 
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     if constexpr (MODE == k3xTf32) {
-      split_3xtf32(weight_at<T, MODE>(w, K, k0 + i, n), v[i], small[i]);
+      split_3xtf32(weight_at<T, MODE>(w, K, k0 + i, n, C), v[i], small[i]);
     } else if constexpr (MODE == k3xFp16) {
-      split_fp16x2(wscale * weight_at<T, MODE>(w, K, k0 + 2 * i, n),
-                   wscale * weight_at<T, MODE>(w, K, k0 + 2 * i + 1, n), v[i], small[i]);
-    } else if constexpr (MODE == kTf32) {
-      v[i] = to_tf32(weight_at<T, MODE>(w, K, k0 + i, n));
+      split_fp16x2(wscale * weight_at<T, MODE>(w, K, k0 + 2 * i, n, C),
+                   wscale * weight_at<T, MODE>(w, K, k0 + 2 * i + 1, n, C), v[i], small[i]);
+    } else if constexpr (std::is_same_v<a_type<T, MODE>, float>) {
+      v[i] = to_tf32(weight_at<T, MODE>(w, K, k0 + i, n, C));
     } else {
-      v[i] = pack2(from_f<T>(weight_at<T, MODE>(w, K, k0 + 2 * i, n)),
-                   from_f<T>(weight_at<T, MODE>(w, K, k0 + 2 * i + 1, n)));
+      v[i] = pack2(from_f<T>(weight_at<T, MODE>(w, K, k0 + 2 * i, n, C)),
+                   from_f<T>(weight_at<T, MODE>(w, K, k0 + 2 * i + 1, n, C)));
     }
   }
   out[idx] = make_uint4(v[0], v[1], v[2], v[3]);
   if constexpr (split_b<MODE>()) out[BLOCK + idx] = make_uint4(small[0], small[1], small[2], small[3]);
+}
+
+// Byte offsets in the patch of this thread's rows mrow, mrow + 8 (clamped
+// into the tile: they stay within its loaded rows).
+template <typename T>
+__device__ __forceinline__ void patch_offsets(const Params& p, const TileGeom& tg, int mrow, int (&pb)[2]) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int m = min(mrow + hh * 8, tg.mend - 1);
+    const int pp = m / tg.Qb, qq = m - pp * tg.Qb;
+    pb[hh] = (4 * p.rstr * (pp - tg.p_lo) + (4 * qq + p.shift) * p.sstr) * (int)sizeof(T);
+  }
+}
+
+// A fragment of k step s (m16n8k16 / m16n8k8 order for this warp's 16 rows)
+// from the patch Pb; 3xFP16 also As, the small parts: a patch word is one
+// element's (hi, lo).
+template <int MODE>
+__device__ __forceinline__ void gather_a(const unsigned char* Pb, const int (&pb)[2], const int* offk, int s, int t,
+                                         uint32_t (&A)[4], uint32_t (&As)[4]) {
+  const int2* offk2 = reinterpret_cast<const int2*>(offk);
+  auto ld32 = [&](int off) { return *reinterpret_cast<const uint32_t*>(Pb + off); };
+  auto ld16 = [&](int off) { return (uint32_t)*reinterpret_cast<const uint16_t*>(Pb + off); };
+  if constexpr (MODE == k3xFp16) {
+    const int2 lo = offk2[s * 8 + t], hi = offk2[s * 8 + t + 4];
+    const int2 ko[2] = {lo, hi};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int2 o = ko[e >> 1];
+      const uint32_t a = ld32(pb[e & 1] + o.x), b = ld32(pb[e & 1] + o.y);
+      A[e] = __byte_perm(a, b, 0x5410);
+      As[e] = __byte_perm(a, b, 0x7632);
+    }
+  } else if constexpr (MODE == k16 || MODE == k16Chunks) {
+    const int2 lo = offk2[s * 8 + t], hi = offk2[s * 8 + t + 4];
+    A[0] = ld16(pb[0] + lo.x) | (ld16(pb[0] + lo.y) << 16);
+    A[1] = ld16(pb[1] + lo.x) | (ld16(pb[1] + lo.y) << 16);
+    A[2] = ld16(pb[0] + hi.x) | (ld16(pb[0] + hi.y) << 16);
+    A[3] = ld16(pb[1] + hi.x) | (ld16(pb[1] + hi.y) << 16);
+  } else {
+    const int o0 = offk[s * 8 + t], o1 = offk[s * 8 + t + 4];
+    A[0] = ld32(pb[0] + o0); A[1] = ld32(pb[1] + o0);
+    A[2] = ld32(pb[0] + o1); A[3] = ld32(pb[1] + o1);
+    if constexpr (MODE == kTf32 || MODE == kTf32Chunks) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) A[e] = to_tf32(__uint_as_float(A[e]));
+    }
+  }
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// KS k steps of one warpgroup's wgmmas into acc, A gathered from the patch
+// Pb (rows at pb), B from the weights at descriptor desc0 (3xTF32, 3xFP16:
+// the small parts in a second block of KS * NT8 * 256 bytes). Each A buffer
+// is refilled only after the wait that retires the wgmma reading it (ptxas
+// serializes the wgmmas otherwise), AHEAD steps before its own wgmma, so the
+// gather latency hides behind the queue; the fp32 modes (k8 steps) keep
+// three wgmmas in flight (measured faster than two). 3xTF32 splits A into
+// big (A) and small (As) parts as it is gathered. Returns with every wgmma
+// retired.
+template <typename TA, int MODE, int NT8, int KS>
+__device__ __forceinline__ void mma_steps(const unsigned char* Pb, const int (&pb)[2], const int* offk,
+                                          uint64_t desc0, int t, float* acc) {
+  constexpr bool kFp32 = std::is_same_v<TA, float>;  // k8 steps
+  constexpr int NB = kFp32 ? 6 : 4, AHEAD = kFp32 ? 3 : 2;
+  constexpr uint64_t kSmallB = (uint64_t)(KS * NT8 * 256) >> 4;
+  uint32_t A[NB][4], As[split_b<MODE>() ? NB : 1][4];
+  auto fill = [&](int s, int u) {
+    gather_a<MODE>(Pb, pb, offk, s, t, A[u], As[split_b<MODE>() ? u : 0]);
+    if constexpr (MODE == k3xTf32) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) split_3xtf32(__uint_as_float(A[u][e]), A[u][e], As[u][e]);
+    }
+  };
+#pragma unroll
+  for (int u = 0; u < AHEAD; ++u) fill(u, u);
+#pragma unroll 1
+  for (int s = 0; s < KS; s += NB) {
+#pragma unroll
+    for (int u = 0; u < NB; ++u) {
+      if (s + u < KS) {
+        const uint64_t desc = desc0 + (uint64_t)(((s + u) * NT8 * 256) >> 4);
+        gmma_fence();
+        if constexpr (split_b<MODE>()) {
+          // small products first, into the same fp32 accumulators
+          gmma_rs<TA, NT8>(acc, As[u], desc);
+          gmma_rs<TA, NT8>(acc, A[u], desc + kSmallB);
+        }
+        gmma_rs<TA, NT8>(acc, A[u], desc);
+        gmma_commit();
+        gmma_wait<NB - AHEAD>();
+        fill(s + u + AHEAD, (u + AHEAD) % NB);
+      }
+    }
+  }
+  gmma_wait<0>();
+}
+#endif
+
+// Stores a thread's accumulators (acc[4j + 2h + e]: pixel mrow + 8h of the
+// tile, channel kg0 + 8j + 2t + e) plus the bias to the output at its
+// strides, NCHW or channels_last (or adds them: p.accumulate).
+template <typename T, int NT8>
+__device__ __forceinline__ void store_acc(const Params& p, const TileGeom& tg, const float* acc, const float* sbias,
+                                          int kg0, int mrow, int t) {
+  const bool ok0 = mrow < tg.mend, ok1 = mrow + 8 < tg.mend;
+  const size_t jstep = (size_t)8 * p.ysc;  // n8 block -> next one
+  // channels kg0 + kend at most; m8: from row mrow's output to row mrow + 8's
+  const int o0 = out_pixel(p, tg, mrow), kend = p.K - kg0;
+  const int m8 = (out_pixel(p, tg, mrow + 8) - o0) * p.ysm;
+  T* y0 = static_cast<T*>(p.y) + (size_t)tg.n * p.K * p.PQ + (size_t)(kg0 + 2 * t) * p.ysc +
+          (size_t)o0 * p.ysm;
+  T* y1 = y0 + p.ysc;
+  // predicate-free stores unless the tile or the channel count is ragged;
+  // PAIR: channels_last and K even, channels 2t and 2t + 1 in one store
+  auto store = [&](auto full, auto add, auto pair) {
+    using Add = decltype(add);
+#pragma unroll
+    for (int j = 0; j < NT8; ++j) {
+      const int ch = j * 8 + 2 * t;
+      const float2 bv = *reinterpret_cast<const float2*>(sbias + ch);
+      if constexpr (decltype(pair)::value) {
+        if (full || ch < kend) {
+          if (full || ok0) put2<Add>(y0, acc[j * 4] + bv.x, acc[j * 4 + 1] + bv.y);
+          if (full || ok1) put2<Add>(y0 + m8, acc[j * 4 + 2] + bv.x, acc[j * 4 + 3] + bv.y);
+        }
+      } else {
+        if (full || ch < kend) {
+          if (full || ok0) put<Add>(y0, acc[j * 4] + bv.x);
+          if (full || ok1) put<Add>(y0 + m8, acc[j * 4 + 2] + bv.x);
+        }
+        if (full || ch + 1 < kend) {
+          if (full || ok0) put<Add>(y1, acc[j * 4 + 1] + bv.y);
+          if (full || ok1) put<Add>(y1 + m8, acc[j * 4 + 3] + bv.y);
+        }
+      }
+      y0 += jstep;
+      y1 += jstep;
+    }
+  };
+  const bool pairs = p.ysc == 1 && p.K % 2 == 0;
+  with_accumulate<T>(p.accumulate, [&](auto add) {
+    const bool full = ok1 && kend >= NT8 * 8;
+    if (pairs) {
+      if (full) store(std::true_type{}, add, std::true_type{});
+      else store(std::false_type{}, add, std::true_type{});
+    } else {
+      if (full) store(std::true_type{}, add, std::false_type{});
+      else store(std::false_type{}, add, std::false_type{});
+    }
+  });
 }
 
 // The NaN values of a thread's wgmma accumulators (NT8 n8 tiles: acc[4j + 2h

@@ -19,7 +19,8 @@ void launch(const Choice& c, const Problem& p, const Args& a) {
   if (k == Kernel::kGeneric) return reference::forward(a.input, a.weight, a.bias, p.pad, a.output);
   const c10::ScalarType t = c.dtype;
   // the gather kernels' instantiation: (wgmma, CTAs an SM, staged) by family
-  const bool gather = k == Kernel::kMmaSync || k == Kernel::kGmma || k == Kernel::kGmma2Cta || k == Kernel::kGmmaStaged;
+  const bool gather = k == Kernel::kMmaSync || k == Kernel::kGmma || k == Kernel::kGmma2Cta ||
+                      k == Kernel::kGmmaStaged || k == Kernel::kGmmaChunks;
   const bool gmma = k != Kernel::kMmaSync, staged = k == Kernel::kGmmaStaged;
   const int cps = k == Kernel::kGmma2Cta ? 2 : 1;
 #define ALEXOP_PLANES(T, N8) \
@@ -40,6 +41,9 @@ void launch(const Choice& c, const Problem& p, const Args& a) {
   ALEXOP_FWD_GMMA_FP32(ALEXOP_GATHER)
   ALEXOP_FWD_GMMA_16(ALEXOP_GATHER, __nv_bfloat16)
   ALEXOP_FWD_GMMA_16(ALEXOP_GATHER, __half)
+  ALEXOP_FWD_CHUNKS_FP32(ALEXOP_GATHER)
+  ALEXOP_FWD_CHUNKS_16(ALEXOP_GATHER, __nv_bfloat16)
+  ALEXOP_FWD_CHUNKS_16(ALEXOP_GATHER, __half)
   TORCH_INTERNAL_ASSERT(false, "forward: no kernel instantiated for ", name(c));
 }
 

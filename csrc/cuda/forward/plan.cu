@@ -53,10 +53,10 @@ TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
   // CPS CTAs share an SM's shared memory, each less the per-block reserve
   const int max_smem = c.cps == 1 ? (int)pr.dev.smem_optin
                                   : (int)(pr.dev.smem_per_sm / c.cps - pr.dev.smem_reserved);
-  const int WB = wfrag_bytes_of(c.mode, c.nt8, c.gmma);
-  const size_t fixed = WB + kKtab * 4 + kMaxK * 4;
+  const size_t fixed = weight_smem_bytes_of(c.mode, c.nt8, c.gmma) + kKtab * 4 + kMaxK * 4;
+  const int pch = chunk_channels_of(c.mode);  // channels in a patch buffer
   auto need = [&](int ph, int pw, int mt) {
-    const size_t patch_bytes = (size_t)c.nbuf * kC * ph * pw * c.elem_bytes;
+    const size_t patch_bytes = (size_t)c.nbuf * pch * ph * pw * c.elem_bytes;
     // staged rows of MT pixels, + 8: a stride of an odd number of 16-byte
     // units keeps stmatrix and the 16-byte read-back free of bank conflicts;
     // 3xFP16: two floats per warp for the patch's largest magnitude
@@ -99,7 +99,7 @@ TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
   g.MTL = b.mt_last;
   g.smem = need(b.ph(P), g.PW, g.MT);
   g.ls = g.MT + 8;
-  g.stage = (int)(fixed + (size_t)c.nbuf * kC * g.CS * c.elem_bytes);
+  g.stage = (int)(fixed + (size_t)c.nbuf * pch * g.CS * c.elem_bytes);
   g.cstr = pr.nhwc ? 1 : g.CS;
   g.rstr = pr.nhwc ? kC * g.PW : g.PW;
   g.sstr = pr.nhwc ? kC : 1;

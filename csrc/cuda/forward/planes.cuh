@@ -572,7 +572,7 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
       const int f = fr + 8 * ((i >> 1) & 1), pp = f / kQf, q = f - kQf * pp;
       const int ch = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
       if (q >= p.Q || pp >= p.P || ch >= p.K) return v;
-      return exact::forward(p.x, p.sN, p.sC, p.sY, p.sX, p.H, p.W, p.w, p.pad, n, ch, pp, q);
+      return exact::forward(p.x, p.sN, p.sC, p.sY, p.sX, p.H, p.W, kC, p.w, p.pad, n, ch, pp, q);
     });
     if constexpr (L::kStaged) {
       if (it > 0) mbar_wait(s_sempty, (it - 1) & 1);

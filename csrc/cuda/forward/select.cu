@@ -5,29 +5,32 @@
 //
 //  1. empty output                                  -> none
 //  2. float64                                       -> generic   [the reference; no tensor-core kernel]
-//  3. 1 or 2, or 4 to max_sliced_channels channels -> slices of 3 (slices_pay) + the 3-channel choice [cheaper than cuDNN's few-channel kernels]
-//     (one small image: the copies' launches cost more -> cudnn, rule 4)
-//  4. not a tensor-core problem (tc_shape)          -> cudnn     [outside the kernels' limits or architectures]
+//  3. wgmma, chunks_shape: 4 to 16 channels (channels_last: to 8), TF32 or 16-bit
+//                                                   -> gmma chunks, groups of 64 | 96 (| 128 16-bit), channels_last
+//                                                      inputs copied to NCHW [one launch over every channel]
+//  4. 1 or 2, or 4 to max_sliced_channels channels -> slices of 3 (slices_pay) + the 3-channel choice [cheaper than cuDNN's few-channel kernels]
+//     (one small image: the copies' launches cost more -> cudnn, rule 5)
+//  5. not a tensor-core problem (tc_shape)          -> cudnn     [outside the kernels' limits or architectures]
 // float32, Fp32Math::kAccurate ("highest"):
-//  5. wgmma, K <= 96, tiles fill the GPU (h3_fills) -> gmma 3xFP16, one CTA of K <= 64 | 96 [twice TF32's rate]
-//  6. wgmma, K > 64, the same fill (5 did not fit)  -> gmma 3xTF32, groups of 48 (else cudnn) [B big + small for 96 does not fit]
-//  7. otherwise                                     -> mma.sync 3xTF32, split rule
+//  6. wgmma, K <= 96, tiles fill the GPU (h3_fills) -> gmma 3xFP16, one CTA of K <= 64 | 96 [twice TF32's rate]
+//  7. wgmma, K > 64, the same fill (6 did not fit)  -> gmma 3xTF32, groups of 48 (else cudnn) [B big + small for 96 does not fit]
+//  8. otherwise                                     -> mma.sync 3xTF32, split rule
 // float32, Fp32Math::kBf16x3 ("high"):
-//  8. as 5                                          -> gmma 3xFP16 [faster and more accurate than bf16x3]
-//  9. otherwise                                     -> mma.sync bf16x3, split rule
+//  9. as 6                                          -> gmma 3xFP16 [faster and more accurate than bf16x3]
+// 10. otherwise                                     -> mma.sync bf16x3, split rule
 // split rule: channel groups of 48, 32 or 16 where split_cost says they
 //  shorten the busiest SM's queue by 10%, else all channels in one group
 //  (K <= 96; groups of 48 where that does not fit)  -> mma.sync (else cudnn)
 // float32, Fp32Math::kTf32 ("medium"):
-// 10. wgmma, planes_shape                           -> planes TF32 [no gather: A by descriptor]
-// 11. wgmma                                         -> gmma TF32, groups of 64 | 96
-// 12. otherwise                                     -> mma.sync TF32, groups of 64 | 96 (else cudnn)
+// 11. wgmma, planes_shape                           -> planes TF32 [no gather: A by descriptor]
+// 12. wgmma                                         -> gmma TF32, groups of 64 | 96
+// 13. otherwise                                     -> mma.sync TF32, groups of 64 | 96 (else cudnn)
 // bf16 / fp16 (mode: k16Pairs for NCHW of even padding, else k16):
-// 13. wgmma, planes_shape, planes16_aligned         -> planes 16-bit
-// 14. wgmma, staged_fills, s2d_aligned              -> space-to-depth, NCHW or channels_last [ldmatrix, no table]
-// 15. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
-// 16. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
-// 17. otherwise                                     -> mma.sync, groups of 64 | 96 | 128 (else cudnn)
+// 14. wgmma, planes_shape, planes16_aligned         -> planes 16-bit
+// 15. wgmma, staged_fills, s2d_aligned              -> space-to-depth, NCHW or channels_last [ldmatrix, no table]
+// 16. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
+// 17. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
+// 18. otherwise                                     -> mma.sync, groups of 64 | 96 | 128 (else cudnn)
 
 #include "select.h"
 
@@ -42,14 +45,29 @@ namespace {
 
 using c10::ScalarType;
 
-// The tensor-core kernels' limits: 3 channels, up to kMaxFilters filters (in
-// channel groups), padding and image sizes their 32-bit tile arithmetic
-// holds, an architecture they are measured on (common/device.h), fp32 / 16-bit.
-bool tc_shape(const Problem& p) {
+// The tensor-core kernels' limits: up to kMaxFilters filters (in channel
+// groups), padding and image sizes their 32-bit tile arithmetic holds, an
+// architecture they are measured on (common/device.h), fp32 / 16-bit; and 3
+// channels (tc_shape), except the chunk kernels'.
+bool tc_limits(const Problem& p) {
   const int64_t P = p.P, Q = p.Q;
-  return p.C == kC && p.N >= 1 && p.K >= 1 && p.K <= kMaxFilters && p.pad >= 0 && p.pad <= 64 && p.H <= 16384 &&
+  return p.N >= 1 && p.K >= 1 && p.K <= kMaxFilters && p.pad >= 0 && p.pad <= 64 && p.H <= 16384 &&
          p.W <= 16384 && P * Q <= INT32_MAX / 4 && tensor_core_kernels(p.dev) &&
          (p.dtype == ScalarType::Float || p.dtype == ScalarType::BFloat16 || p.dtype == ScalarType::Half);
+}
+bool tc_shape(const Problem& p) { return p.C == kC && tc_limits(p); }
+
+// The chunk kernel reads NCHW rows: a channels_last input is copied first,
+// which costs more than cuDNN's channels_last kernels save from 16 channels
+// on (measured at 8 and 16).
+constexpr int64_t kMaxChunkedNhwcChannels = 8;
+
+// The chunk kernel: sm_90a, 4 to kMaxSlicedChannels channels, TF32 or 16-bit
+// (the fp32-accurate kernels scale each tile's patch on its own, which a
+// chunk of it cannot).
+bool chunks_shape(const Problem& p) {
+  return p.dev.sm90a && p.C > kC && p.C <= (p.nhwc ? kMaxChunkedNhwcChannels : kMaxSlicedChannels) &&
+         tc_limits(p) && (p.dtype != ScalarType::Float || p.math == Fp32Math::kTf32);
 }
 
 // 256-pixel tiles of the batch: the heuristics' measure of the work.
@@ -198,9 +216,9 @@ Choice select_16(const Problem& p) {
 }
 
 // Names by MathMode and by Kernel (16-bit modes name the dtype).
-constexpr const char* kModeNames[] = {"3xtf32", "tf32", "", "3xfp16", "bf16x3", "", "", ""};
-constexpr const char* kKernelNames[] = {"none",          "fwd_generic", "fwd_planes", "fwd_s2d", "fwd_gmma_staged",
-                                        "fwd_gmma_2cta", "fwd_gmma",    "fwd_mma",    "fwd_cudnn"};
+constexpr const char* kModeNames[] = {"3xtf32", "tf32", "", "3xfp16", "bf16x3", "", "", "", "tf32", ""};
+constexpr const char* kKernelNames[] = {"none",     "fwd_generic", "fwd_planes",      "fwd_s2d",  "fwd_gmma_staged",
+                                        "fwd_gmma_2cta", "fwd_gmma", "fwd_mma", "fwd_gmma_chunks", "fwd_cudnn"};
 
 }  // namespace
 
@@ -212,6 +230,19 @@ Choice select(const Problem& p) {
     return c;
   }
   if (p.dtype == ScalarType::Double) return generic(p);
+  if (chunks_shape(p)) {
+    const bool f32 = p.dtype == ScalarType::Float;
+    const MathMode mode = f32 ? kTf32Chunks : k16Chunks;
+    const int nt8 = f32 ? nt8_fp32(p.K) : nt8_for(p.K);
+    Problem q = p;
+    q.nhwc = false;  // the kernel's copy is NCHW, 16-byte aligned
+    q.input_align = 16;
+    if (gather_fits(q, mode, nt8, 2, true, 1, false)) {
+      Choice c = make(Kernel::kGmmaChunks, p, mode, nt8);
+      c.nchw_copy = p.nhwc;
+      return c;
+    }
+  }
   if (slices_pay(p)) {
     Problem q = p;
     q.C = kC;
@@ -234,7 +265,7 @@ bool any_output_layout(const Choice& c) {
 std::string name(const Choice& c) {
   if (c.kernel == Kernel::kNone || c.kernel == Kernel::kGeneric || c.kernel == Kernel::kCudnn)
     return kKernelNames[(int)c.kernel];
-  std::string s = slices_prefix(c.slices) + kKernelNames[(int)c.kernel] + "_";
+  std::string s = slices_prefix(c.slices) + (c.nchw_copy ? "nchw+" : "") + kKernelNames[(int)c.kernel] + "_";
   s += *kModeNames[c.mode] ? kModeNames[c.mode] : c.dtype == ScalarType::Half ? "fp16" : "bf16";
   if (c.mode == k16Pairs) s += "_pairs";
   if (c.mode == k16S2dNhwc) s += "_nhwc";

@@ -27,6 +27,7 @@ enum class Kernel {
   kGmma2Cta,    // gmma.cuh: wgmma gather, two CTAs an SM (16-bit)
   kGmma,        // gmma.cuh: wgmma gather, one CTA an SM (TF32, 3xFP16, 3xTF32)
   kMmaSync,     // mma_sync.cuh: mma.sync gather, sm_80+ (every precision)
+  kGmmaChunks,  // gmma_chunks.cuh: wgmma gather over chunks of more input channels (TF32, 16-bit)
   kCudnn,       // ../cudnn/: ATen's convolution (cuDNN), where no alexop kernel wins
 };
 
@@ -39,6 +40,8 @@ struct Choice {
   // 0: the input as it is; n: cut into n slices of 3 channels (the last
   // zero-padded), each convolved by the kernel, the partial outputs summed
   int slices = 0;
+  // the chunk kernel on a channels_last input: an NCHW copy first ("nchw+")
+  bool nchw_copy = false;
 };
 
 Choice select(const Problem& p);
@@ -48,7 +51,8 @@ Choice select(const Problem& p);
 bool any_output_layout(const Choice& c);
 
 // e.g. "fwd_planes_bf16_c96", "fwd_mma_3xtf32_split_g16", "pad3+fwd_planes_bf16_c64" (one
-// slice), "slice3x2+fwd_s2d_bf16_c96" (two), "fwd_cudnn", "fwd_generic"
+// slice), "slice3x2+fwd_s2d_bf16_c96" (two), "fwd_gmma_chunks_tf32_c64",
+// "nchw+fwd_gmma_chunks_bf16_c96", "fwd_cudnn", "fwd_generic"
 std::string name(const Choice& c);
 
 }  // namespace alexop::cuda::forward
