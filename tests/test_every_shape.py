@@ -159,12 +159,37 @@ def test_first_layer_choices(c, k, want, on_hopper):
     assert names["forward"].startswith(on_hopper if wgmma_kernels_run() else want), names
 
 
+# Where Hopper's chunk kernel runs (64 images of 224 x 224, padding 2): from channels_last it
+# pays its NCHW copy up to 4 channels, and at 8 from more than 64 filters; in TF32 from 9
+# channels a last group of filters less than half full (128 = 96 + 32) goes to cuDNN.
+@pytest.mark.parametrize(
+    "c,k,mode,channels_last,want",
+    [
+        (4, 64, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c64"),
+        (8, 64, "bf16", True, "fwd_cudnn"),
+        (8, 96, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c96"),
+        (16, 96, "bf16", True, "fwd_cudnn"),
+        (16, 64, "bf16", False, "fwd_gmma_chunks_bf16_c64"),
+        (8, 128, "tf32", False, "fwd_gmma_chunks_tf32_split_g96"),
+        (16, 128, "tf32", False, "fwd_cudnn"),
+        (16, 192, "tf32", False, "fwd_gmma_chunks_tf32_split_g96"),
+        (12, 16, "tf32", False, "fwd_gmma_chunks_tf32_c64"),
+    ],
+)
+def test_chunk_kernel_choices_on_hopper(c, k, mode, channels_last, want):
+    if not wgmma_kernels_run():
+        pytest.skip("expectations for the sm_90a kernels")
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    names = _selection(64, c, k, (224, 224), 2, dtype, "medium", channels_last)
+    assert names["forward"] == want, names
+
+
 # (C_in, mode) -> the kernel-name prefixes of (forward, weight_grad, input_grad) for 8 images
 # of 100 x 100 from channels_last, 96 filters: slices of 3 channels where they beat cuDNN's
 # kernels for the same precision (full fp32: up to 16 channels; TF32: the forward up to 6, the
 # input gradient never; "high": as TF32, but the forward, fp32-accurate there, never; 16-bit: the
 # forward up to 6, the gradients up to 8). On Hopper the TF32 and 16-bit forwards of up to 8
-# channels run the chunk kernel on an NCHW copy instead (CHUNKED).
+# channels (of 96 filters) run the chunk kernel on an NCHW copy instead (CHUNKED).
 SLICED = {
     (4, "fp32"): ("slice3x2+", "slice3x2+", "slice3x2+"),
     (16, "fp32"): ("slice3x6+", "slice3x6+", "slice3x6+"),

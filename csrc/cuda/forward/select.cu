@@ -5,7 +5,7 @@
 //
 //  1. empty output                                  -> none
 //  2. float64                                       -> generic   [the reference; no tensor-core kernel]
-//  3. wgmma, chunks_shape: 4 to 16 channels (channels_last: to 8), TF32 or 16-bit
+//  3. wgmma, chunks_shape: 4 to 16 channels, TF32 or 16-bit, nhwc_copy_pays, tf32_groups_pay
 //                                                   -> gmma chunks, groups of 64 | 96 (| 128 16-bit), channels_last
 //                                                      inputs copied to NCHW [one launch over every channel]
 //  4. 1 or 2, or 4 to max_sliced_channels channels -> slices of 3 (slices_pay) + the 3-channel choice [cheaper than cuDNN's few-channel kernels]
@@ -57,17 +57,26 @@ bool tc_limits(const Problem& p) {
 }
 bool tc_shape(const Problem& p) { return p.C == kC && tc_limits(p); }
 
-// The chunk kernel reads NCHW rows: a channels_last input is copied first,
-// which costs more than cuDNN's channels_last kernels save from 16 channels
-// on (measured at 8 and 16).
-constexpr int64_t kMaxChunkedNhwcChannels = 8;
-
 // The chunk kernel: sm_90a, 4 to kMaxSlicedChannels channels, TF32 or 16-bit
 // (the fp32-accurate kernels scale each tile's patch on its own, which a
 // chunk of it cannot).
 bool chunks_shape(const Problem& p) {
-  return p.dev.sm90a && p.C > kC && p.C <= (p.nhwc ? kMaxChunkedNhwcChannels : kMaxSlicedChannels) &&
-         tc_limits(p) && (p.dtype != ScalarType::Float || p.math == Fp32Math::kTf32);
+  return p.dev.sm90a && p.C > kC && p.C <= kMaxSlicedChannels && tc_limits(p) &&
+         (p.dtype != ScalarType::Float || p.math == Fp32Math::kTf32);
+}
+
+// The chunk kernel reads NCHW rows, so a channels_last input is copied
+// first; the copy grows with the channels, the kernel's work with the
+// filters. Against cuDNN's channels_last kernels it paid up to 4 channels,
+// and at 8 from more than 64 filters (16 channels lost at every count).
+bool nhwc_copy_pays(const Problem& p) { return !p.nhwc || p.C <= 4 || (p.C <= 8 && p.K > 64); }
+
+// In TF32 each channel group repeats the patch copies and the A gather, and
+// from 9 channels on cuDNN's TF32 kernels come close to one group's time: a
+// last group less than half full (128 filters: 96 + 32) lost to them.
+bool tf32_groups_pay(const Problem& p, int nt8) {
+  const int64_t width = 8 * nt8, last = p.K - (p.K - 1) / width * width;
+  return p.dtype != ScalarType::Float || p.C <= 8 || p.K <= width || 2 * last > width;
 }
 
 // 256-pixel tiles of the batch: the heuristics' measure of the work.
@@ -230,14 +239,14 @@ Choice select(const Problem& p) {
     return c;
   }
   if (p.dtype == ScalarType::Double) return generic(p);
-  if (chunks_shape(p)) {
+  if (chunks_shape(p) && nhwc_copy_pays(p)) {
     const bool f32 = p.dtype == ScalarType::Float;
     const MathMode mode = f32 ? kTf32Chunks : k16Chunks;
     const int nt8 = f32 ? nt8_fp32(p.K) : nt8_for(p.K);
     Problem q = p;
     q.nhwc = false;  // the kernel's copy is NCHW, 16-byte aligned
     q.input_align = 16;
-    if (gather_fits(q, mode, nt8, 2, true, 1, false)) {
+    if (tf32_groups_pay(p, nt8) && gather_fits(q, mode, nt8, 2, true, 1, false)) {
       Choice c = make(Kernel::kGmmaChunks, p, mode, nt8);
       c.nchw_copy = p.nhwc;
       return c;
