@@ -162,16 +162,18 @@ def _check_forward(shape, dtype, mode, bound, bias, channels_last):
     return names
 
 
-# 4-16 input channels: on sm_90 TF32 and 16-bit forwards from NCHW run one kernel that
-# walks the channels in chunks (gmma_chunks.cuh: one channel a chunk in TF32, two in
-# 16-bit), streaming each chunk's weights and patch while the last one multiplies. Shapes:
-# chunks the channels fill and do not (odd counts in 16-bit), channel groups (K > 96 in
-# TF32, > 128 in 16-bit), ragged K, odd and no padding, a partial last tile, column blocks
-# (1024 wide); channels_last inputs (up to 4 channels, or 8 of more than 64 filters) and
-# 16-bit rows of other than 16-byte multiples are copied to NCHW rows of whole 16-byte units
-# first. The fp32-accurate modes take the slices, or ("high") cuDNN's TF32, other
-# channels_last inputs the slices or cuDNN: checked all the same.
+# 4-16 input channels (in TF32 also 1 and 2): on sm_90 the TF32 and 16-bit forwards run one
+# kernel that walks the channels in chunks (gmma_chunks.cuh: one channel a chunk in TF32, two
+# in 16-bit), streaming each chunk's weights and patch while the last one multiplies. Shapes:
+# chunks the channels fill and do not (odd counts in 16-bit), channel groups (K > 96 in TF32,
+# > 128 in 16-bit), ragged K, odd and no padding, a partial last tile, column blocks (1024
+# wide); channels_last inputs (up to 4 channels, or 8 of more than 64 filters) and 16-bit rows
+# of other than 16-byte multiples are copied to NCHW rows of whole 16-byte units first. The
+# fp32-accurate modes take the slices, or ("high") cuDNN's TF32, other channels_last inputs
+# the slices or cuDNN, 16-bit 1 and 2 channels the 3-channel kernels: checked all the same.
 CHUNK_SHAPES = [
+    (4, 1, 96, 224, 224, 2),
+    (2, 2, 64, 127, 127, 5),
     (4, 4, 96, 224, 224, 2),
     (3, 5, 64, 100, 100, 0),
     (2, 8, 40, 127, 127, 5),
@@ -189,8 +191,10 @@ def test_forward_accuracy_more_channels(shape, dtype, mode, bound, bias, channel
     names = _check_forward(shape, dtype, mode, bound, bias, channels_last)
     c, k = shape[1:3]
     nhwc_copied = c <= 4 or (c <= 8 and k > 64)
-    if wgmma_kernels_run() and (dtype != torch.float32 or mode == "medium") and (not channels_last or nhwc_copied):
-        assert names["forward"].startswith(("nchw+" if channels_last else "") + "fwd_gmma_chunks_"), names
+    chunked = mode == "medium" if dtype == torch.float32 else c > 3
+    copied = channels_last and c > 1  # one channel in channels_last is NCHW as well
+    if wgmma_kernels_run() and chunked and (not channels_last or nhwc_copied):
+        assert names["forward"].startswith(("nchw+" if copied else "") + "fwd_gmma_chunks_"), names
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)

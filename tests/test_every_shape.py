@@ -159,7 +159,8 @@ def test_first_layer_choices(c, k, want, on_hopper):
     assert names["forward"].startswith(on_hopper if wgmma_kernels_run() else want), names
 
 
-# Where Hopper's chunk kernel runs (64 images of 224 x 224, padding 2): from channels_last it
+# Where Hopper's chunk kernel runs (64 images of 224 x 224, padding 2): 4-16 channels, in TF32
+# also 1 and 2; from channels_last it
 # pays its NCHW copy up to 4 channels, and at 8 from more than 64 filters; in TF32 from 9
 # channels a last group of filters less than half full (128 = 96 + 32) goes to cuDNN.
 @pytest.mark.parametrize(
@@ -174,6 +175,9 @@ def test_first_layer_choices(c, k, want, on_hopper):
         (16, 128, "tf32", False, "fwd_cudnn"),
         (16, 192, "tf32", False, "fwd_gmma_chunks_tf32_split_g96"),
         (12, 16, "tf32", False, "fwd_gmma_chunks_tf32_c64"),
+        # TF32 1 and 2 channels too (128 or 256 reduction slots against pad3's 368)
+        (1, 96, "tf32", False, "fwd_gmma_chunks_tf32_c96"),
+        (2, 64, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c64"),
     ],
 )
 def test_chunk_kernel_choices_on_hopper(c, k, mode, channels_last, want):

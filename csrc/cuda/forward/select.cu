@@ -5,7 +5,7 @@
 //
 //  1. empty output                                  -> none
 //  2. float64                                       -> generic   [the reference; no tensor-core kernel]
-//  3. wgmma, chunks_shape: 4 to 16 channels, TF32 or 16-bit, nhwc_copy_pays, tf32_groups_pay
+//  3. wgmma, chunks_shape: 4 to 16 channels (TF32: 1 to 16 but 3), TF32 or 16-bit, nhwc_copy_pays, tf32_groups_pay
 //                                                   -> gmma chunks, groups of 64 | 96 (| 128 16-bit), channels_last
 //                                                      inputs copied to NCHW [one launch over every channel]
 //  4. 1 or 2, or 4 to max_sliced_channels channels -> slices of 3 (slices_pay) + the 3-channel choice [cheaper than cuDNN's few-channel kernels]
@@ -59,10 +59,13 @@ bool tc_shape(const Problem& p) { return p.C == kC && tc_limits(p); }
 
 // The chunk kernel: sm_90a, 4 to kMaxSlicedChannels channels, TF32 or 16-bit
 // (the fp32-accurate kernels scale each tile's patch on its own, which a
-// chunk of it cannot).
+// chunk of it cannot). In TF32 also 1 and 2 channels, whose chunks reduce
+// over 128 or 256 slots where the 3-channel kernels on a zero-padded copy
+// reduce over 368.
 bool chunks_shape(const Problem& p) {
-  return p.dev.sm90a && p.C > kC && p.C <= kMaxSlicedChannels && tc_limits(p) &&
-         (p.dtype != ScalarType::Float || p.math == Fp32Math::kTf32);
+  const bool tf32 = p.dtype == ScalarType::Float;
+  return p.dev.sm90a && p.C != kC && (p.C > kC || tf32) && p.C <= kMaxSlicedChannels && tc_limits(p) &&
+         (!tf32 || p.math == Fp32Math::kTf32);
 }
 
 // The chunk kernel reads NCHW rows, so a channels_last input is copied
