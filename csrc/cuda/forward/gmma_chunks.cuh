@@ -2,7 +2,7 @@
 // The forward's wgmma gather kernel for more input channels (sm_90a):
 // TF32 (kTf32Chunks) and 16-bit (k16Chunks) inputs of any channel count,
 // NCHW. The 3-channel kernels keep the whole weight operand resident; C
-// channels' weights (K = 96, 16 channels: 600 KB in 16-bit) do not fit, so
+// channels' weights (K = 96, 16 channels: 372 KB in 16-bit) do not fit, so
 // the reduction runs over chunks of one (TF32) or two (16-bit) channels,
 // each channel's 121 taps padded to 128 slots: 16 k steps a chunk, 48 KB of
 // weights for 96 filters in either type. For each tile the CTA walks the
