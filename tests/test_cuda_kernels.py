@@ -39,6 +39,21 @@ def _poison_allocator(numel, dtype):
     torch.cuda.synchronize()
 
 
+def _forward(shape, dtype, mode, bias=True, channels_last=False):
+    """alexop's forward of make_inputs' tensors (shape: N, C_in, C_out, H, W, padding) on an
+    allocator poisoned with NaN, with float64's result and kernel_for's names."""
+    n, c, k, h, w, p = shape
+    x, wt, b = make_inputs(n, c, k, h, w, dtype=dtype, device="cuda", bias=bias)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    ref = reference(x, wt, b, p)
+    _poison_allocator(ref.numel(), dtype)
+    with precision(mode):
+        out = alexop.conv11s4(x, wt, b, p)
+        names = alexop.kernel_for(x, wt, p)
+    return out, ref, names
+
+
 # The forward's precision modes and their bounds on the relative L2 error against float64
 # ("high": bf16x3 on mma.sync, 3xFP16 on wgmma).
 FORWARD_MODES = [
@@ -55,13 +70,7 @@ FORWARD_MODES = [
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 def test_forward_accuracy(shape, dtype, mode, bound, channels_last):
     n, k, h, w, p = shape
-    x, wt, b = make_inputs(n, 3, k, h, w, dtype=dtype, device="cuda")
-    if channels_last:
-        x = x.to(memory_format=torch.channels_last)
-    ref = reference(x, wt, b, p)
-    _poison_allocator(ref.numel(), dtype)
-    with precision(mode):
-        out = alexop.conv11s4(x, wt, b, p)
+    out, ref, _ = _forward((n, 3, k, h, w, p), dtype, mode, channels_last=channels_last)
     assert torch.isfinite(out).all(), "some output element was not written"
     assert rel_l2(out, ref) <= bound
     if dtype == torch.float32 and mode == "highest":
@@ -103,13 +112,7 @@ MANY_TILE_SHAPES = [
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 def test_forward_accuracy_many_tiles(shape, dtype, mode, bias, channels_last):
     n, k, h, w, p = shape
-    x, wt, b = make_inputs(n, 3, k, h, w, dtype=dtype, device="cuda", bias=bias)
-    if channels_last:
-        x = x.to(memory_format=torch.channels_last)
-    ref = reference(x, wt, b, p)
-    _poison_allocator(ref.numel(), dtype)
-    with precision(mode):
-        out = alexop.conv11s4(x, wt, b, p)
+    out, ref, _ = _forward((n, 3, k, h, w, p), dtype, mode, bias, channels_last)
     assert torch.isfinite(out).all(), "some output element was not written"
     assert rel_l2(out, ref) <= (1e-3 if dtype == torch.float32 else REL_L2[dtype])
 
@@ -142,18 +145,10 @@ def test_forward_accuracy_wide_images(shape, dtype, mode, bound, bias, channels_
 
 
 def _check_forward(shape, dtype, mode, bound, bias, channels_last):
-    """The forward of make_inputs' tensors, on an allocator poisoned with NaN: every element
-    written, in F.conv2d's layout, within bound of float64 (under "high", TF32's bound where
-    cuDNN runs: "high" lets it use TF32). Returns kernel_for's names."""
-    n, c, k, h, w, p = shape
-    x, wt, b = make_inputs(n, c, k, h, w, dtype=dtype, device="cuda", bias=bias)
-    if channels_last:
-        x = x.to(memory_format=torch.channels_last)
-    ref = reference(x, wt, b, p)
-    _poison_allocator(ref.numel(), dtype)
-    with precision(mode):
-        out = alexop.conv11s4(x, wt, b, p)
-        names = alexop.kernel_for(x, wt, p)
+    """The forward (_forward): every element written, in F.conv2d's layout, within bound of
+    float64 (under "high", TF32's bound where cuDNN runs: "high" lets it use TF32). Returns
+    kernel_for's names."""
+    out, ref, names = _forward(shape, dtype, mode, bias, channels_last)
     if mode == "high" and names["forward"] == "fwd_cudnn":
         bound = 1e-3
     assert torch.isfinite(out).all(), "some output element was not written"

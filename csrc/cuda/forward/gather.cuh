@@ -63,8 +63,8 @@ constexpr int kKs2d = 432;
 constexpr int kS2G = 6;  // space-to-depth: 16-byte groups of 8 (c, a, b) values per block
 constexpr int kChunkSlots = 128;  // chunk modes: reduction slots of a channel (121 taps)
 
-// The chunk modes: channels per chunk (a chunk's weights of 128 channels
-// take the same bytes in TF32 and in 16-bit pairs), and chunks of C channels.
+// The chunk modes: channels per chunk (two in 16-bit, one in TF32: a chunk's
+// weights take the same bytes either way), and chunks of C channels.
 __host__ __device__ constexpr bool chunked_of(int mode) { return mode == kTf32Chunks || mode == k16Chunks; }
 __host__ __device__ constexpr int chunk_channels_of(int mode) {
   return mode == k16Chunks ? 2 : chunked_of(mode) ? 1 : kC;

@@ -229,8 +229,8 @@ Choice select_16(const Problem& p) {
 
 // Names by MathMode and by Kernel (16-bit modes name the dtype).
 constexpr const char* kModeNames[] = {"3xtf32", "tf32", "", "3xfp16", "bf16x3", "", "", "", "tf32", ""};
-constexpr const char* kKernelNames[] = {"none",     "fwd_generic", "fwd_planes",      "fwd_s2d",  "fwd_gmma_staged",
-                                        "fwd_gmma_2cta", "fwd_gmma", "fwd_mma", "fwd_gmma_chunks", "fwd_cudnn"};
+constexpr const char* kKernelNames[] = {"none",          "fwd_generic", "fwd_planes",      "fwd_s2d",  "fwd_gmma_staged",
+                                        "fwd_gmma_2cta", "fwd_gmma",    "fwd_mma",         "fwd_gmma_chunks", "fwd_cudnn"};
 
 }  // namespace
 
@@ -247,7 +247,7 @@ Choice select(const Problem& p) {
     const MathMode mode = f32 ? kTf32Chunks : k16Chunks;
     const int nt8 = f32 ? nt8_fp32(p.K) : nt8_for(p.K);
     Problem q = p;
-    q.nhwc = false;  // the kernel's copy is NCHW, 16-byte aligned
+    q.nhwc = false;  // the kernel reads NCHW rows (forward_chunks copies a channels_last input)
     q.input_align = 16;
     if (tf32_groups_pay(p, nt8) && gather_fits(q, mode, nt8, 2, true, 1, false)) {
       Choice c = make(Kernel::kGmmaChunks, p, mode, nt8);
