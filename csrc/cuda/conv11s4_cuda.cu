@@ -148,6 +148,13 @@ at::Tensor input_slice(const at::Tensor& x, int64_t g) {
   return slice3(x, g);
 }
 
+// What the slices of several are cut from: the input, or one NCHW copy of
+// a channels_last input (relayout.h), since each slice's own strided copy
+// would read the whole input again.
+at::Tensor slices_source(const at::Tensor& x, int slices) {
+  return slices > 1 ? cuda::relayout(x, at::MemoryFormat::Contiguous) : x;
+}
+
 // Whether a sliced forward sums partial outputs (16-bit, more than one
 // slice) rather than writing or adding into the output in place.
 bool sums_partials(int slices, at::ScalarType dtype) {
@@ -160,8 +167,9 @@ bool sums_partials(int slices, at::ScalarType dtype) {
 // sum) into output, each partial rounded once: reductions to 16-bit memory
 // were slow. One slice (1 or 2 channels) writes output directly.
 void forward_slices(
-    const at::Tensor& x, const at::Tensor& w, const at::Tensor* bias,
+    const at::Tensor& input, const at::Tensor& w, const at::Tensor* bias,
     int64_t padding, int slices, const at::Tensor& output) {
+  const auto x = slices_source(input, slices);
   const bool in_place = !sums_partials(slices, output.scalar_type());
   const int64_t numel = output.numel();
   const int64_t stride = (numel + 7) / 8 * 8;  // partials 16-byte aligned
@@ -188,21 +196,23 @@ void forward_slices(
 }
 
 // The chunk kernel reads NCHW input rows (gmma_chunks.cuh): a channels_last
-// input is copied to NCHW first (a tiled transpose, relayout.h). 16-bit rows
-// that are not whole 16-byte units are copied once more into rows padded
-// with zero columns to a multiple of 16 bytes: 16-bit elements have no
-// asynchronous copy of their own, so each chunk's rows would be loaded
+// input is copied to NCHW first (relayout.h). 16-bit rows that are not
+// whole 16-byte units are copied instead (from either layout) into rows
+// padded with zero columns to a multiple of 16 bytes: 16-bit elements have
+// no asynchronous copy of their own, so each chunk's rows would be loaded
 // synchronously. The zeros lie past the last column, where the convolution
 // reads padding zeros or nothing: the output keeps the input's width.
 at::Tensor chunk_input(const at::Tensor& input) {
-  const auto x = cuda::relayout(input, at::MemoryFormat::Contiguous);
-  const int64_t unit = 16 / x.element_size(), W = x.size(3);
-  const bool rows_aligned = W % unit == 0 && cuda::alignment(x.const_data_ptr()) >= 16;
-  if (rows_aligned || x.scalar_type() == at::kFloat) return x;
+  const int64_t unit = 16 / input.element_size(), W = input.size(3);
+  const bool fp32 = input.scalar_type() == at::kFloat;
+  if (fp32 || W % unit == 0) {
+    const auto x = cuda::relayout(input, at::MemoryFormat::Contiguous);
+    if (fp32 || cuda::alignment(x.const_data_ptr()) >= 16) return x;
+  }
   const int64_t Wp = (W + unit - 1) / unit * unit;
-  auto y = at::empty({x.size(0), x.size(1), x.size(2), Wp}, x.options());
+  auto y = at::empty({input.size(0), input.size(1), input.size(2), Wp}, input.options());
   y.narrow(3, W, Wp - W).zero_();
-  y.narrow(3, 0, W).copy_(x);
+  y.narrow(3, 0, W).copy_(input);
   return y;
 }
 
@@ -330,24 +340,36 @@ at::Tensor conv11s4_backward_input_cuda(
   return cuda::relayout(grad_input, format);
 }
 
-// The weight gradient of all K filters for one input operand x (the input as
-// the kernels take it, or one slice of it). Where the choice slices the
-// filters, each slice of grad_output's channels is a fresh copy of up to
-// kFilterSlice channels, the last zero-padded to a width the kernels are
-// built for; the rows past K are cut.
-at::Tensor weight_grad_filters(
-    const at::Tensor& gy, const at::Tensor& x, int64_t K, int64_t padding,
-    bool sliced, bool transposed, at::Tensor* grad_bias) {
+// grad_output's channels as the kernels take them: all K, or (where the
+// choice slices the filters) fresh copies of up to kFilterSlice channels,
+// the last zero-padded to a width the kernels are built for. Made once and
+// shared by every input slice.
+std::vector<at::Tensor> filter_slices(const at::Tensor& gy, bool sliced) {
   namespace wg = cuda::weight_grad;
+  const int64_t K = gy.size(1);
+  if (!sliced) return {gy};
+  std::vector<at::Tensor> dys;
+  for (int64_t k0 = 0; k0 < K; k0 += wg::kFilterSlice) {
+    const int64_t kk = std::min(wg::kFilterSlice, K - k0);
+    dys.push_back(
+        at::constant_pad_nd(gy.narrow(1, k0, kk), {0, 0, 0, 0, 0, wg::filter_width(kk) - kk})
+            .contiguous());
+  }
+  return dys;
+}
+
+// The weight gradient of all K filters for one input operand x (the input as
+// the kernels take it, or one slice of it), from grad_output's filter slices
+// dys; each slice's rows past K are cut.
+at::Tensor weight_grad_filters(
+    const std::vector<at::Tensor>& dys, const at::Tensor& x, int64_t K, int64_t padding,
+    bool transposed, at::Tensor* grad_bias) {
+  namespace wg = cuda::weight_grad;
+  const bool sliced = dys.size() > 1 || dys[0].size(1) != K;
   std::vector<at::Tensor> parts;
-  const int64_t step = sliced ? wg::kFilterSlice : K;
-  for (int64_t k0 = 0; k0 < K; k0 += step) {
-    const int64_t kk = std::min(step, K - k0);
-    const int64_t width = sliced ? wg::filter_width(kk) : K;
-    const auto dy = sliced
-        ? at::constant_pad_nd(gy.narrow(1, k0, kk), {0, 0, 0, 0, 0, width - kk})
-              .contiguous()
-        : gy;
+  int64_t k0 = 0;
+  for (const auto& dy : dys) {
+    const int64_t width = dy.size(1), kk = std::min(width, K - k0);
     const auto p = weight_grad_problem(
         x, width, padding, operand(x), x.stride(0),
         cuda::alignment(dy.const_data_ptr()), transposed);
@@ -361,6 +383,7 @@ at::Tensor weight_grad_filters(
       grad_bias->narrow(0, k0, kk).copy_(gb.narrow(0, 0, kk));
     }
     parts.push_back(gw.narrow(0, 0, kk));
+    k0 += kk;
   }
   return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
 }
@@ -391,13 +414,15 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
   auto grad_bias = at::empty({bias_grad ? K : 0}, input.options());
   // each slice's weight gradient for 3 channels (the bias's with the
   // first), then joined and cut to C
+  const auto dys = filter_slices(gy, choice.filter_slices > 0);
+  const auto source = slices_source(input, choice.slices);
   std::vector<at::Tensor> grad_weights;
   for (int g = 0; g < std::max(choice.slices, 1); ++g) {
     const auto x = choice.slices > 0
-        ? input_slice(input, g)
+        ? input_slice(source, g)
         : cuda::weight_grad::prepare_input(input, prep);
     grad_weights.push_back(weight_grad_filters(
-        gy, x, K, padding, choice.filter_slices > 0, choice.transposed,
+        dys, x, K, padding, choice.transposed,
         bias_grad && g == 0 ? &grad_bias : nullptr));
   }
   if (choice.slices == 0) return {grad_weights[0].contiguous(), grad_bias};
