@@ -45,6 +45,9 @@ SHAPES = [
     pytest.param((2, 16, 64, 47, 47, 1), id="16-channels-small-batch"),
     pytest.param((8, 4, 96, 100, 100, 2), id="rgba-slices"),
     pytest.param((12, 5, 128, 96, 96, 0), id="5-channels-slices"),
+    # past 2^17 output pixels: TF32 and fp32 weight gradients in slices of 3 channels by
+    # slices of up to 96 filters, the last zero-padded
+    pytest.param((44, 4, 100, 224, 224, 2), id="rgba-100-filters-many-pixels"),
     pytest.param((8, 6, 64, 127, 127, 3), id="6-channels-slices"),
     pytest.param((8, 16, 64, 127, 127, 1), id="16-channels-slices"),
     # slices of whole channels read (and the input gradient written) in place
@@ -160,20 +163,30 @@ def test_first_layer_choices(c, k, want, on_hopper):
 
 
 # Where Hopper's chunk kernel runs (64 images of 224 x 224, padding 2): 4-16 channels, in TF32
-# also 1 and 2; from channels_last it
-# pays its NCHW copy up to 4 channels, and at 8 from more than 64 filters; in TF32 from 9
-# channels a last group of filters less than half full (128 = 96 + 32) goes to cuDNN.
+# also 1 and 2; from channels_last it pays its NCHW copy except where cuDNN's channels_last
+# kernels are quick (16-bit: 13-16 channels at 64 or 128 filters; TF32: 6-8 channels at 16
+# filters, 9-16 channels but at 16 filters or 65-96 of up to 12 channels); in TF32 from 9
+# channels a last group of filters less than half full (128 = 96 + 32), and from 13 channels
+# more than two groups, go to cuDNN.
 @pytest.mark.parametrize(
     "c,k,mode,channels_last,want",
     [
         (4, 64, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c64"),
-        (8, 64, "bf16", True, "fwd_cudnn"),
-        (8, 96, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c96"),
-        (16, 96, "bf16", True, "fwd_cudnn"),
+        (8, 64, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c64"),
+        (16, 96, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c96"),
+        (16, 64, "bf16", True, "fwd_cudnn"),
+        (16, 128, "bf16", True, "fwd_cudnn"),
         (16, 64, "bf16", False, "fwd_gmma_chunks_bf16_c64"),
+        (8, 16, "tf32", True, "fwd_cudnn"),
+        (8, 32, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c64"),
+        (12, 96, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c96"),
+        (16, 16, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c64"),
+        (16, 64, "tf32", True, "fwd_cudnn"),
         (8, 128, "tf32", False, "fwd_gmma_chunks_tf32_split_g96"),
         (16, 128, "tf32", False, "fwd_cudnn"),
         (16, 192, "tf32", False, "fwd_gmma_chunks_tf32_split_g96"),
+        (16, 256, "tf32", False, "fwd_cudnn"),
+        (12, 256, "tf32", False, "fwd_gmma_chunks_tf32_split_g96"),
         (12, 16, "tf32", False, "fwd_gmma_chunks_tf32_c64"),
         # TF32 1 and 2 channels too (128 or 256 reduction slots against pad3's 368)
         (1, 96, "tf32", False, "fwd_gmma_chunks_tf32_c96"),
@@ -192,8 +205,9 @@ def test_chunk_kernel_choices_on_hopper(c, k, mode, channels_last, want):
 # of 100 x 100 from channels_last, 96 filters: slices of 3 channels where they beat cuDNN's
 # kernels for the same precision (full fp32: up to 16 channels; TF32: the forward up to 6, the
 # input gradient never; "high": as TF32, but the forward, fp32-accurate there, never; 16-bit: the
-# forward up to 6, the gradients up to 8). On Hopper the TF32 and 16-bit forwards of up to 8
-# channels (of 96 filters) run the chunk kernel on an NCHW copy instead (CHUNKED).
+# forward up to 6, the weight gradient up to 12, the input gradient up to 8). On Hopper the TF32
+# forwards of up to 8 channels and the 16-bit ones of up to 16 (of 96 filters) run the chunk
+# kernel on an NCHW copy instead (CHUNKED).
 SLICED = {
     (4, "fp32"): ("slice3x2+", "slice3x2+", "slice3x2+"),
     (16, "fp32"): ("slice3x6+", "slice3x6+", "slice3x6+"),
@@ -217,9 +231,42 @@ def test_channel_slices_selection(c, mode):
     names = _selection(8, c, 96, (100, 100), 2, dtype, precision, True)
     got = tuple(names[key] for key in ("forward", "weight_grad", "input_grad"))
     want = SLICED[c, mode]
-    if wgmma_kernels_run() and mode in CHUNKED and c <= 8:
+    if wgmma_kernels_run() and mode in CHUNKED and (c <= 8 or mode == "bf16"):
         want = (CHUNKED[mode],) + want[1:]
     assert all(name.startswith(prefix) for name, prefix in zip(got, want)), got
+
+
+# Where the weight gradient of 4-16 channels runs slices of 3 (and of up to 96 filters), by
+# what cuDNN runs in their place (weight_grad/select.cu, many_channels_pay): (N, C_in, C_out,
+# image side, precision, channels_last) -> the name's prefix; padding 2.
+@pytest.mark.parametrize(
+    "n,c,k,hw,mode,channels_last,want",
+    [
+        (64, 4, 128, 224, "bf16", False, "slice3x2+kslice96x2+"),
+        (64, 8, 384, 224, "bf16", True, "slice3x3+kslice96x4+"),  # cuDNN's 7-9 channels are slow
+        (64, 4, 256, 224, "bf16", False, "wgrad_cudnn"),
+        (64, 12, 96, 224, "bf16", False, "slice3x4+"),
+        (64, 16, 64, 224, "bf16", False, "wgrad_cudnn"),
+        (64, 4, 64, 127, "bf16", False, "wgrad_cudnn"),  # an odd width
+        (64, 4, 32, 224, "bf16", False, "slice3x2+kslice96x1+"),  # zero-padded filter slots
+        (64, 8, 32, 224, "bf16", False, "wgrad_cudnn"),
+        (64, 4, 128, 224, "tf32", False, "slice3x2+kslice96x2+"),
+        (64, 4, 128, 224, "tf32", True, "wgrad_cudnn"),
+        (64, 4, 128, 127, "tf32", False, "wgrad_cudnn"),  # few pixels
+        (64, 16, 64, 127, "tf32", True, "wgrad_cudnn"),
+        (64, 16, 96, 127, "tf32", True, "slice3x6+"),
+        (64, 8, 16, 224, "fp32", False, "slice3x3+kslice96x1+"),
+        (64, 8, 16, 127, "fp32", False, "wgrad_cudnn"),
+        (64, 8, 128, 127, "fp32", True, "slice3x3+kslice96x2+"),
+        (1, 4, 96, 224, "fp32", False, "wgrad_cudnn"),  # one small image
+    ],
+)
+def test_weight_grad_slices_selection(n, c, k, hw, mode, channels_last, want):
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("alexop's tensor-core kernels need sm_80")
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    names = _selection(n, c, k, (hw, hw), 2, dtype, "medium" if mode == "tf32" else "highest", channels_last)
+    assert names["weight_grad"].startswith(want), names
 
 
 @pytest.mark.parametrize("c", [4, 8, 16])

@@ -69,17 +69,26 @@ bool chunks_shape(const Problem& p) {
 }
 
 // The chunk kernel reads NCHW rows, so a channels_last input is copied
-// first; the copy grows with the channels, the kernel's work with the
-// filters. Against cuDNN's channels_last kernels it paid up to 4 channels,
-// and at 8 from more than 64 filters (16 channels lost at every count).
-bool nhwc_copy_pays(const Problem& p) { return !p.nhwc || p.C <= 4 || (p.C <= 8 && p.K > 64); }
+// first (one pass, relayout.h). Against cuDNN's channels_last kernels (9.19,
+// H200, docs/design.md) the copy pays up to 5 channels; in 16-bit up to 12,
+// and from 13 except at 64 or 128 filters, where cuDNN's are quick; in TF32
+// up to 8 channels from 17 filters, and beyond only where cuDNN's are slow:
+// 16 filters, or 65 to 96 of up to 12 channels.
+bool nhwc_copy_pays(const Problem& p) {
+  if (!p.nhwc || p.C <= 5) return true;
+  if (p.dtype != ScalarType::Float) return p.C <= 12 || (p.K != 64 && p.K != 128);
+  if (p.C <= 8) return p.K > 16;
+  return p.K <= 16 || (p.K > 64 && p.K <= 96 && p.C <= 12);
+}
 
 // In TF32 each channel group repeats the patch copies and the A gather, and
 // from 9 channels on cuDNN's TF32 kernels come close to one group's time: a
-// last group less than half full (128 filters: 96 + 32) lost to them.
+// last group less than half full (128 filters: 96 + 32) lost to them, and
+// from 13 channels more than two groups (256, 384 filters).
 bool tf32_groups_pay(const Problem& p, int nt8) {
-  const int64_t width = 8 * nt8, last = p.K - (p.K - 1) / width * width;
-  return p.dtype != ScalarType::Float || p.C <= 8 || p.K <= width || 2 * last > width;
+  const int64_t width = 8 * nt8, groups = (p.K + width - 1) / width, last = p.K - (groups - 1) * width;
+  return p.dtype != ScalarType::Float || p.C <= 8 || groups == 1 ||
+         (2 * last > width && (p.C <= 12 || groups <= 2));
 }
 
 // 256-pixel tiles of the batch: the heuristics' measure of the work.

@@ -1,7 +1,7 @@
 // The weight gradient's kernel choice. Decision tree, first match wins:
 //
 //  1. float64                               -> generic  [the reference; no tensor-core kernel]
-//  2. other than 3 channels                 -> slices of 3 (input_slices_pay) + the rest for 3, else cudnn
+//  2. other than 3 channels                 -> slices of 3 (input_slices_pay, many_channels_pay) + the rest for 3, else cudnn
 //  3. K other than 64 or 96                 -> slices of 96 filters (filter_slices_pay) + the rest for 96 (or 64), else cudnn
 //  4. !tc_shape                             -> cudnn    [outside the kernels' limits]
 //  5. small_images                          -> cudnn    [too few output pixels to fill the split-K slices]
@@ -62,24 +62,46 @@ bool vec_ok(const Problem& p) {
   return !p.nhwc && p.W % per16 == 0 && p.input_align >= 16;
 }
 
-// Slices of 3 input channels: 1 or 2 channels always (cuDNN's few-channel
-// weight gradients are slow); 4 to 16 in float32, 4 to 8 of an even width
-// in 16-bit (the odd width's strided kernel and more slices lose to cuDNN).
-bool input_slices_pay(const Problem& p) {
-  if (p.C < 1) return false;
-  if (p.C < kC) return true;
-  if (p.dtype == ScalarType::Float) return p.C <= kMaxSlicedChannels;
-  return p.C <= 8 && p.W % 2 == 0;
+// cuDNN's full-fp32 weight gradients ("highest"), slow at any channel count.
+bool cudnn_fp32(const Problem& p) { return p.dtype == ScalarType::Float && p.math == Fp32Math::kAccurate; }
+
+// Output pixels (the reduction's length; 2^17, where 64 images of 224 x 224
+// give 193,600) from which several slices' copies and launches pay back.
+bool many_pixels(const Problem& p) { return p.N * p.P * p.Q >= (1 << 17); }
+
+// 4 to 16 channels as slices of 3, by what cuDNN runs in their place (its
+// 9.19 kernels on an H200, docs/design.md): never one small image (the
+// slices' launches cost more); fewer than 64 filters (one zero-padded
+// filter slice) only from many pixels of an NCHW input, in 16-bit only at
+// 4 or 5 channels; its full-fp32 kernels lose from 64 filters on; its TF32 ones win over
+// channels_last slices (a copy of input and grad_output first) of 64
+// filters from few pixels, and over more than 96 filters (several filter
+// slices) from few pixels or channels_last; its 16-bit ones win from 13
+// channels, at odd widths (the strided kernel), and beyond 192 filters
+// except at 7 to 9 channels.
+bool many_channels_pay(const Problem& p) {
+  if (p.C > kMaxSlicedChannels || one_small_image(p)) return false;
+  if (p.K < 64) return p.dtype == ScalarType::Float ? !p.nhwc && many_pixels(p) : p.C <= 5 && p.W % 2 == 0;
+  if (cudnn_fp32(p)) return true;
+  if (p.dtype == ScalarType::Float) {
+    return p.K <= 96 ? !p.nhwc || p.K > 64 || many_pixels(p) : !p.nhwc && many_pixels(p);
+  }
+  return p.C <= 12 && p.W % 2 == 0 && (p.K <= 192 || (p.C >= 7 && p.C <= 9));
 }
 
-// Slices of up to 96 filters: with 3 channels always; beside input slices
-// only where cuDNN's kernel is full fp32 (its TF32 and 16-bit ones win), and
-// for 1 or 2 channels only where it is not (its fp32 ones are quick there).
+// Slices of 3 input channels: 1 or 2 channels always (cuDNN's few-channel
+// weight gradients are slow), 4 to 16 where many_channels_pay.
+bool input_slices_pay(const Problem& p) {
+  if (p.C < 1) return false;
+  return p.C < kC || many_channels_pay(p);
+}
+
+// Slices of up to 96 filters: with 3 channels always, beside input slices
+// of more as many_channels_pay decided, and for 1 or 2 channels only where
+// cuDNN's kernel is not full fp32 (its fp32 ones are quick there).
 bool filter_slices_pay(const Problem& p) {
   if (p.K < 1 || p.K > kMaxFilters) return false;
-  if (p.C == kC) return true;
-  const bool cudnn_fp32 = p.dtype == ScalarType::Float && p.math == Fp32Math::kAccurate;
-  return p.C > kC ? cudnn_fp32 : !cudnn_fp32;
+  return p.C >= kC || !cudnn_fp32(p);
 }
 
 Choice make(Kernel k, const Problem& p, MathMode mode) {
