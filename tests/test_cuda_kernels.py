@@ -163,21 +163,21 @@ def _check_forward(shape, dtype, mode, bound, bias, channels_last):
 # chunks the channels fill and do not (odd counts in 16-bit), channel groups (K > 96 in TF32,
 # > 128 in 16-bit), ragged K, odd and no padding, a partial last tile, column blocks (1024
 # wide); channels_last inputs and 16-bit rows of other than 16-byte multiples are copied to
-# NCHW rows of whole 16-byte units first. The fp32-accurate modes take the slices, or ("high")
-# cuDNN's TF32, 16-bit 1 and 2 channels the 3-channel kernels, and the forwards of
-# CUDNN_INSTEAD cuDNN (forward/select.cu: TF32 filter groups from 13 channels, TF32
-# channels_last copies from 9): checked all the same.
+# NCHW rows of whole 16-byte units first. fp32-accurate ("highest": 3xFP16 chunks) up to 5
+# channels, from more than one small image; "high" takes the slices or cuDNN's TF32, 16-bit 1 and 2 channels the
+# 3-channel kernels, and the forwards of CUDNN_INSTEAD cuDNN (forward/select.cu: TF32 filter
+# groups from 13 channels, TF32 channels_last copies from 9): checked all the same.
 CHUNK_SHAPES = [
     (4, 1, 96, 224, 224, 2),
     (2, 2, 64, 127, 127, 5),
     (4, 4, 96, 224, 224, 2),
     (3, 5, 64, 100, 100, 0),
     (2, 8, 40, 127, 127, 5),
-    (2, 16, 192, 63, 63, 1),
+    (24, 16, 192, 63, 63, 1),
     (1, 13, 384, 95, 111, 3),
-    (2, 7, 96, 27, 1024, 2),
+    (3, 7, 96, 27, 1024, 2),
 ]
-CUDNN_INSTEAD = {((1, 13, 384, 95, 111, 3), False), ((1, 13, 384, 95, 111, 3), True), ((2, 16, 192, 63, 63, 1), True)}
+CUDNN_INSTEAD = {((1, 13, 384, 95, 111, 3), False), ((1, 13, 384, 95, 111, 3), True), ((24, 16, 192, 63, 63, 1), True)}
 
 
 @pytest.mark.parametrize("shape", CHUNK_SHAPES, ids=str)
@@ -186,9 +186,14 @@ CUDNN_INSTEAD = {((1, 13, 384, 95, 111, 3), False), ((1, 13, 384, 95, 111, 3), T
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 def test_forward_accuracy_more_channels(shape, dtype, mode, bound, bias, channels_last):
     names = _check_forward(shape, dtype, mode, bound, bias, channels_last)
-    c = shape[1]
-    tf32 = dtype == torch.float32
-    chunked = mode == "medium" and (shape, channels_last) not in CUDNN_INSTEAD if tf32 else c > 3
+    n, c, _, h, w, p = shape
+    one_small_image = n * ((h + 2 * p - 11) // 4 + 1) * ((w + 2 * p - 11) // 4 + 1) <= 4096
+    if dtype != torch.float32:
+        chunked = c > 3
+    elif mode == "medium":
+        chunked = (shape, channels_last) not in CUDNN_INSTEAD
+    else:  # fp32-accurate chunks up to 5 channels (their accumulation error grows with them)
+        chunked = mode == "highest" and not one_small_image and c <= 5
     copied = channels_last and c > 1  # one channel in channels_last is NCHW as well
     if wgmma_kernels_run() and chunked:
         assert names["forward"].startswith(("nchw+" if copied else "") + "fwd_gmma_chunks_"), names
@@ -328,12 +333,17 @@ def _assert_fp32_accurate(out, ref, name=None, bound=1e-5):
 
 # The fp32-accurate forward on Hopper scales each tile's inputs and the
 # weights by powers of two before splitting them into fp16 parts: values far
-# from 1 either way, six decades within a tile, a bright spot in a dark image
-# and outputs that cancel all keep fp32-level accuracy. Batch 4 at 224x224
-# fills a 132-SM GPU enough to take that path.
-@pytest.mark.parametrize("values", ["huge", "tiny", "six_decades", "dark_with_spot", "cancelling"])
-def test_forward_fp32_accuracy_across_value_scales(values):
-    x, wt, b = make_inputs(4, 3, 96, 224, 224, device="cuda")
+# from 1 either way, six decades within a tile, a bright spot in a dark image,
+# outputs that cancel and (1 or 5 channels: the chunk kernel, whose tile scale
+# follows its channels as they arrive) channels twelve decades apart all keep
+# fp32-level accuracy. Batch 4 at 224x224 fills a 132-SM GPU enough to take
+# those paths.
+@pytest.mark.parametrize("c", [3, 1, 5])
+@pytest.mark.parametrize(
+    "values", ["huge", "tiny", "six_decades", "dark_with_spot", "cancelling", "channels_apart"]
+)
+def test_forward_fp32_accuracy_across_value_scales(c, values):
+    x, wt, b = make_inputs(4, c, 96, 224, 224, device="cuda")
     g = torch.Generator(device="cuda").manual_seed(1)
     if values == "huge":
         x, wt, b = x * 255, wt * 1e4, b * 1e4
@@ -344,6 +354,8 @@ def test_forward_fp32_accuracy_across_value_scales(values):
     elif values == "dark_with_spot":
         x = x * 1e-6
         x[:, :, 100:110, 100:110] = 1e3
+    elif values == "channels_apart":  # 1, 1e6, 1e-6, 1e6, 1e-6: larger and smaller after the first
+        x = x * torch.tensor([1.0] + [1e6 if i % 2 else 1e-6 for i in range(1, c)], device="cuda").view(1, c, 1, 1)
     else:
         x = 1 + 1e-3 * x
         wt = wt - wt.mean(dim=(1, 2, 3), keepdim=True)
@@ -351,7 +363,10 @@ def test_forward_fp32_accuracy_across_value_scales(values):
     # 3xTF32 (mma.sync, the A100's kernels) accumulates the three products'
     # cancelling terms in the tensor cores' float32, so its bound for
     # cancelling outputs is looser (docs/precision.md); 3xFP16 keeps 1e-5.
-    x3tf32 = "3xtf32" in alexop.kernel_for(x, wt, 2)["forward"]
+    forward = alexop.kernel_for(x, wt, 2)["forward"]
+    if wgmma_kernels_run() and c != 3:
+        assert forward.startswith("fwd_gmma_chunks_3xfp16"), forward
+    x3tf32 = "3xtf32" in forward
     _assert_fp32_accurate(alexop.conv11s4(x, wt, b), ref, bound=2e-5 if x3tf32 and values == "cancelling" else 1e-5)
 
 

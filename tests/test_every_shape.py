@@ -205,9 +205,9 @@ def test_chunk_kernel_choices_on_hopper(c, k, mode, channels_last, want):
 # of 100 x 100 from channels_last, 96 filters: slices of 3 channels where they beat cuDNN's
 # kernels for the same precision (full fp32: up to 16 channels; TF32: the forward up to 6, the
 # input gradient never; "high": as TF32, but the forward, fp32-accurate there, never; 16-bit: the
-# forward up to 6, the weight gradient up to 12, the input gradient up to 8). On Hopper the TF32
-# forwards of up to 8 channels and the 16-bit ones of up to 16 (of 96 filters) run the chunk
-# kernel on an NCHW copy instead (CHUNKED).
+# forward up to 6, the weight gradient up to 12, the input gradient up to 8). On Hopper the
+# forwards (of 96 filters) of up to CHUNKED_UP_TO channels run the chunk kernel on an NCHW copy
+# instead (CHUNKED).
 SLICED = {
     (4, "fp32"): ("slice3x2+", "slice3x2+", "slice3x2+"),
     (16, "fp32"): ("slice3x6+", "slice3x6+", "slice3x6+"),
@@ -219,7 +219,12 @@ SLICED = {
 }
 
 
-CHUNKED = {"tf32": "nchw+fwd_gmma_chunks_tf32_c96", "bf16": "nchw+fwd_gmma_chunks_bf16_c96"}
+CHUNKED = {
+    "fp32": "nchw+fwd_gmma_chunks_3xfp16_c96",
+    "tf32": "nchw+fwd_gmma_chunks_tf32_c96",
+    "bf16": "nchw+fwd_gmma_chunks_bf16_c96",
+}
+CHUNKED_UP_TO = {"fp32": 5, "tf32": 8, "bf16": 16}
 
 
 @pytest.mark.parametrize("c,mode", list(SLICED), ids=lambda v: str(v))
@@ -231,7 +236,7 @@ def test_channel_slices_selection(c, mode):
     names = _selection(8, c, 96, (100, 100), 2, dtype, precision, True)
     got = tuple(names[key] for key in ("forward", "weight_grad", "input_grad"))
     want = SLICED[c, mode]
-    if wgmma_kernels_run() and mode in CHUNKED and (c <= 8 or mode == "bf16"):
+    if wgmma_kernels_run() and mode in CHUNKED and c <= CHUNKED_UP_TO[mode]:
         want = (CHUNKED[mode],) + want[1:]
     assert all(name.startswith(prefix) for name, prefix in zip(got, want)), got
 

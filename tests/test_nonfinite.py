@@ -24,12 +24,12 @@ MODES = [
 # 8, where the CUDA tensor-core kernels run (small shapes may take others);
 # 6 channels: two slices of 3 on CUDA, the second adding its part to the
 # first's (forward) and read and written in place (views of the images); on
-# Hopper the TF32 and 16-bit forwards walk chunks of channels instead, as for 5
-# channels of 61 columns (the last 16-bit chunk half zeros, rows copied to
-# whole 16-byte units first).
+# Hopper the forwards walk chunks of channels instead, as for 5 channels of 61
+# columns (the last 16-bit chunk half zeros, rows copied to whole 16-byte
+# units first; fp32-accurate chunks from more than one small image).
 SMALL = (2, 3, 8, 64, 64, 2)
 SLICES = (2, 6, 8, 64, 64, 2)
-CHUNKS = (2, 5, 8, 61, 61, 1)
+CHUNKS = (24, 5, 8, 61, 61, 1)
 ALEXNET = (8, 3, 96, 224, 224, 2)
 # too wide for whole input rows beside 96 filters' weights: column blocks, each
 # tile's patch its block's columns, zeros written past the image's edges
@@ -131,5 +131,11 @@ def _device_weight_grad(x, wt, grad, p):
     reduced = x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16)
     x, wt, grad = (t.detach().float() if reduced else t.detach() for t in (x, wt, grad))
     w = wt.requires_grad_()
-    out = torch.nn.functional.conv2d(x, w, None, stride=4, padding=p)
-    return torch.autograd.grad(out, w, grad)[0].double().cpu()
+    # the fallback lets cuDNN use TF32 only where the float32 precision allows it (not "highest")
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.get_float32_matmul_precision() != "highest"
+    try:
+        out = torch.nn.functional.conv2d(x, w, None, stride=4, padding=p)
+        return torch.autograd.grad(out, w, grad)[0].double().cpu()
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved

@@ -27,6 +27,7 @@ enum MathMode : int {
   k16S2dNhwc = 7,  // the same, channels_last
   kTf32Chunks = 8,  // any channel count, chunks of 1 channel (121 taps padded to 128), TF32
   k16Chunks = 9,    // the same, chunks of 2 channels, bf16 / fp16
+  k3xFp16Chunks = 10,  // the same, chunks of 1 channel, fp32-accurate as k3xFp16
 };
 
 }  // namespace alexop::cuda

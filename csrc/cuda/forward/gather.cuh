@@ -63,9 +63,14 @@ constexpr int kKs2d = 432;
 constexpr int kS2G = 6;  // space-to-depth: 16-byte groups of 8 (c, a, b) values per block
 constexpr int kChunkSlots = 128;  // chunk modes: reduction slots of a channel (121 taps)
 
-// The chunk modes: channels per chunk (two in 16-bit, one in TF32: a chunk's
-// weights take the same bytes either way), and chunks of C channels.
-__host__ __device__ constexpr bool chunked_of(int mode) { return mode == kTf32Chunks || mode == k16Chunks; }
+// The chunk modes: channels per chunk (two in 16-bit, one in TF32 and
+// 3xFP16: a chunk's weights take the same bytes each way), and chunks of C
+// channels.
+__host__ __device__ constexpr bool chunked_of(int mode) {
+  return mode == kTf32Chunks || mode == k16Chunks || mode == k3xFp16Chunks;
+}
+// The fp32-accurate modes of fp16 hi and lo parts (gmma.cuh).
+__host__ __device__ constexpr bool fp16x3_of(int mode) { return mode == k3xFp16 || mode == k3xFp16Chunks; }
 __host__ __device__ constexpr int chunk_channels_of(int mode) {
   return mode == k16Chunks ? 2 : chunked_of(mode) ? 1 : kC;
 }
@@ -107,14 +112,14 @@ struct Params {
 // k steps of the padded reduction (k16 for 16-bit operands and bf16x3 /
 // 3xFP16, k8 for TF32 ones); of one chunk in the chunk modes.
 __host__ __device__ constexpr int ksteps_of(int mode) {
-  return chunked_of(mode) ? chunk_channels_of(mode) * kChunkSlots / (mode == k16Chunks ? 16 : 8)
+  return chunked_of(mode) ? chunk_channels_of(mode) * kChunkSlots / (mode == kTf32Chunks ? 8 : 16)
          : (mode == k16S2d || mode == k16S2dNhwc) ? kKs2d / 16
          : mode == k16Pairs ? kKpadP / 16
          : (mode == k16 || mode == kBf16x3 || mode == k3xFp16) ? kKpad / 16 : kKpad / 8;
 }
 // 3xTF32 and 3xFP16 on wgmma (GMMA) hold B as a block of big parts then one
 // of small.
-__host__ __device__ constexpr bool split_b_of(int mode) { return mode == k3xTf32 || mode == k3xFp16; }
+__host__ __device__ constexpr bool split_b_of(int mode) { return mode == k3xTf32 || fp16x3_of(mode); }
 // Bytes of the resident weights of one channel group of NT8 n8 tiles (of
 // one chunk in the chunk modes); bf16x3 holds hi and lo fragments: one uint4
 // per (k16 step, n8 tile, lane).

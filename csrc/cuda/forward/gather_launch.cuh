@@ -86,15 +86,16 @@ void launch(const Problem& pr, const Args& a) {
   constexpr int WB = wfrag_bytes<MODE, NT8, GMMA>();
   const int K = (int)pr.K, C = (int)pr.C, groups = plan.groups, chunks = chunks_of(MODE, C);
   auto stream = c10::cuda::getCurrentCUDAStream();
-  // 3xFP16 appends B's scale exponent (one channel group only)
-  const at::Tensor wbuf = scratch(a.input, (int64_t)WB * chunks * groups + (MODE == k3xFp16 ? 16 : 0));
+  // 3xFP16 appends B's scale exponent, one for every group
+  const int64_t wbytes = (int64_t)WB * chunks * groups;
+  const at::Tensor wbuf = scratch(a.input, wbytes + (fp16x3_of(MODE) ? 16 : 0));
   {
     // split B: a thread writes big and small
     const int nthreads = WB * chunks / 16 / (GMMA && split_b<MODE>() ? 2 : 1);
     if constexpr (GMMA) {
       int* wexp = nullptr;
-      if constexpr (MODE == k3xFp16) {
-        wexp = reinterpret_cast<int*>(static_cast<unsigned char*>(wbuf.data_ptr()) + WB);
+      if constexpr (fp16x3_of(MODE)) {
+        wexp = reinterpret_cast<int*>(static_cast<unsigned char*>(wbuf.data_ptr()) + wbytes);
         weight_exp_kernel<1024><<<1, 1024, 0, stream>>>(a.weight.data_ptr<float>(), (int)a.weight.numel(), wexp);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       }

@@ -39,47 +39,6 @@
 
 namespace alexop::cuda::forward::gather {
 
-// 3xFP16: scales the tile's patch rows (those load_patch wrote) by 2^ta, ta
-// from their largest finite |x| (fp16_exp), and replaces each fp32 x by the
-// word of its fp16 parts, hi in the low half and lo in the high half, in
-// place. Returns ta; ends with a barrier, so the gather may start. red: 2 *
-// NTHR / 32 floats.
-template <int NTHR>
-__device__ __forceinline__ int split_patch_fp16(const Params& p, const TileGeom& tg, float* patch, float* red) {
-  // NCHW: one run of rows_in rows per channel, CS apart; channels_last: one
-  // run of whole pixel rows. PW is a multiple of 8, so runs are float4s.
-  const int run4 = tg.rows_in * (p.nhwc ? p.rstr : p.PW) / 4;
-  const int n4 = (p.nhwc ? 1 : kC) * run4;
-  auto at = [&](int f) {
-    const int c = f < run4 ? 0 : f < 2 * run4 ? 1 : 2;
-    return reinterpret_cast<float4*>(patch + c * p.CS) + (f - c * run4);
-  };
-  float m = 0.f;
-  for (int f = threadIdx.x; f < n4; f += NTHR) m = max_abs4(m, *at(f));
-  m = block_max<NTHR>(m, red);
-  if (!(m <= 3.402823466e38f)) {  // an Inf: the largest finite magnitude instead (block-uniform, rare)
-    m = 0.f;
-    for (int f = threadIdx.x; f < n4; f += NTHR) m = max_finite_abs4(m, *at(f));
-    m = block_max<NTHR>(m, red + NTHR / 32);
-  }
-  const int e = fp16_exp(m);
-  const float sa = pow2f(e);
-  for (int f = threadIdx.x; f < n4; f += NTHR) *reinterpret_cast<uint4*>(at(f)) = split_fp16_words(*at(f), sa);
-  __syncthreads();
-  return e;
-}
-
-// 3xFP16: *wexp = the exponent tw that puts the largest finite |w| of the n
-// weights in [2^14, 2^15) (see fp16_exp). One block.
-template <int NTHR>
-__global__ void __launch_bounds__(NTHR) weight_exp_kernel(const float* __restrict__ w, int n, int* __restrict__ wexp) {
-  __shared__ float red[NTHR / 32];
-  float m = 0.f;
-  for (int i = threadIdx.x; i < n; i += NTHR) m = max_finite_abs(m, w[i]);
-  m = block_max<NTHR>(m, red);
-  if (threadIdx.x == 0) *wexp = fp16_exp(m);
-}
-
 template <typename T, int MODE, int NT8, int NBUF, int CPS, bool STAGED = false>
 __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0), CPS)
     conv11s4_fwd_gmma_kernel(const Params p) {

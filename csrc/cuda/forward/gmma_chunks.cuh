@@ -1,7 +1,7 @@
 #pragma once
 // The forward's wgmma gather kernel for more input channels (sm_90a):
-// TF32 (kTf32Chunks) and 16-bit (k16Chunks) inputs of any channel count,
-// NCHW. The 3-channel kernels keep the whole weight operand resident; C
+// TF32 (kTf32Chunks), 16-bit (k16Chunks) and fp32-accurate (k3xFp16Chunks)
+// inputs of any channel count, NCHW. The 3-channel kernels keep the whole weight operand resident; C
 // channels' weights (K = 96, 16 channels: 372 KB in 16-bit) do not fit, so
 // the reduction runs over chunks of one (TF32) or two (16-bit) channels,
 // each channel's 121 taps padded to 128 slots: 16 k steps a chunk, 48 KB of
@@ -14,6 +14,12 @@
 // owns pixels [64wg, 64wg + 64) of the tile, all NT8 * 8 channels of its
 // group (grid y). The tile's weights are re-read from L2 for every tile
 // (every CTA reads the same ones): 48 KB of a chunk per 256 pixels.
+//
+// 3xFP16 (k3xFp16Chunks, fp32-accurate, chunks of one channel): as gmma.cuh's
+// k3xFp16, one scale for the tile's patch over all its channels, found as
+// the chunks arrive: each chunk's patch is scaled by the running scale, or by
+// a smaller one where its values are larger, the accumulators then scaled
+// down to match (exact: powers of two).
 
 #include "gmma_shared.cuh"
 
@@ -34,6 +40,11 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_chunks_kernel(
   T* patch0 = reinterpret_cast<T*>(smem + 2 * WB + kKtab * 4 + kMaxK * 4);
   const int buf_elems = NCH * p.CS;
   const int nchunks = chunks_of(MODE, p.C);
+  constexpr bool kFp16x3 = fp16x3_of(MODE);
+  // 3xFP16: B was scaled by 2^tw (its exponent follows every group's fragments)
+  [[maybe_unused]] const int tw =
+      kFp16x3 ? *reinterpret_cast<const int*>(p.wfrag + (size_t)gridDim.y * nchunks * (WB / 16)) : 0;
+  [[maybe_unused]] float* red = reinterpret_cast<float*>(smem + p.stage);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int t = lane & 3, wg = warp >> 2, wq = warp & 3;
@@ -64,6 +75,7 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_chunks_kernel(
     float acc[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+    [[maybe_unused]] int ta = 127;  // 3xFP16: the tile's scale so far (none yet)
 #pragma unroll 1
     for (int ch = 0; ch < nchunks; ++ch) {
       // this chunk's copies have landed, and every warpgroup's wgmmas of the
@@ -71,6 +83,12 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_chunks_kernel(
       cp_async_wait_all();
       fence_proxy_async();
       __syncthreads();
+      if constexpr (kFp16x3) {
+        float* chunk = reinterpret_cast<float*>(patch0 + buf * buf_elems);
+        const int e = split_patch_fp16<NTHR, NCH>(p, tg, chunk, red, ta, ta);
+        if (e < ta) scale_acc<NACC>(acc, e - ta);
+        ta = e;
+      }
       if (ch + 1 < nchunks) load(tile, ch + 1, buf ^ 1);
       else if (next < p.total_tiles) load(next, 0, buf ^ 1);
       if (active)
@@ -81,6 +99,8 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_chunks_kernel(
     if (active) {
 #pragma unroll
       for (int i = 0; i < NACC; ++i) pin(acc[i]);
+      // 3xFP16: the outputs came out scaled by 2^(ta + tw)
+      if constexpr (kFp16x3) scale_acc<NACC>(acc, -(ta + tw));
       fix_nan_d<T, NT8>(p, acc, tg, kg0, mrow, t);
       store_acc<T, NT8>(p, tg, acc, sbias, kg0, mrow, t);
     }

@@ -1,7 +1,8 @@
 #pragma once
 // Pieces the forward's wgmma kernels share (gmma.cuh, gmma_chunks.cuh,
-// s2d.cuh): the weights in wgmma's layout, a tile's A gather and wgmmas, its
-// epilogue from the accumulators, and the staged 16-bit epilogue.
+// s2d.cuh): the weights in wgmma's layout, 3xFP16's scaling (gmma.cuh says
+// why), a tile's A gather and wgmmas, its epilogue from the accumulators,
+// and the staged 16-bit epilogue.
 //
 // Staged epilogue. The MMA warps write the tile's outputs (bias added,
 // rounded) to shared memory as [channel][pixel] rows with stmatrix .trans
@@ -29,7 +30,7 @@ namespace alexop::cuda::forward::gather {
 // A operand type of a mode's wgmmas: TF32 products read fp32 words, 3xFP16 fp16 halves.
 template <typename T, int MODE>
 using a_type = std::conditional_t<MODE == kTf32 || MODE == k3xTf32 || MODE == kTf32Chunks, float,
-                                  std::conditional_t<MODE == k3xFp16, __half, T>>;
+                                  std::conditional_t<fp16x3_of(MODE), __half, T>>;
 // Bytes a gather table entry counts (16-bit k16 elements; k16Pairs's 32-bit pairs).
 __host__ __device__ constexpr int table_unit(int mode) { return mode == k16 || mode == k16Chunks ? 2 : 4; }
 
@@ -41,7 +42,8 @@ __host__ __device__ constexpr int table_unit(int mode) { return mode == k16 || m
 // of the same layout. 3xFP16 (k3xFp16) does the same with fp16 halves of the
 // weights scaled by 2^tw (the exponent that weight_exp_kernel wrote to *wexp).
 // blockIdx.y is the channel group, as in prep_weights_kernel. The chunk
-// modes lay out C channels' chunks one after another, as one reduction.
+// modes lay out C channels' chunks one after another, as one reduction,
+// each chunk's small parts after its own big ones (a chunk is copied whole).
 template <typename T, int MODE, int NT8>
 __global__ void prep_weights_gmma_kernel(const T* __restrict__ w, int K, uint4* __restrict__ out,
                                          const int* __restrict__ wexp = nullptr, int C = kC) {
@@ -57,12 +59,12 @@ __global__ void prep_weights_gmma_kernel(const T* __restrict__ w, int K, uint4* 
   const int nr = idx & 7, kc = (idx >> 3) & 1, nb = (idx >> 4) % NT8, ks = (idx >> 4) / NT8;
   const int n = nb * 8 + nr, k0 = ks * 2 * EPR + kc * EPR;
   uint32_t v[4], small[4];
-  [[maybe_unused]] const float wscale = MODE == k3xFp16 ? pow2f(*wexp) : 1.f;
+  [[maybe_unused]] const float wscale = fp16x3_of(MODE) ? pow2f(*wexp) : 1.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     if constexpr (MODE == k3xTf32) {
       split_3xtf32(weight_at<T, MODE>(w, K, k0 + i, n, C), v[i], small[i]);
-    } else if constexpr (MODE == k3xFp16) {
+    } else if constexpr (fp16x3_of(MODE)) {
       split_fp16x2(wscale * weight_at<T, MODE>(w, K, k0 + 2 * i, n, C),
                    wscale * weight_at<T, MODE>(w, K, k0 + 2 * i + 1, n, C), v[i], small[i]);
     } else if constexpr (std::is_same_v<a_type<T, MODE>, float>) {
@@ -72,8 +74,11 @@ __global__ void prep_weights_gmma_kernel(const T* __restrict__ w, int K, uint4* 
                    from_f<T>(weight_at<T, MODE>(w, K, k0 + 2 * i + 1, n, C)));
     }
   }
-  out[idx] = make_uint4(v[0], v[1], v[2], v[3]);
-  if constexpr (split_b<MODE>()) out[BLOCK + idx] = make_uint4(small[0], small[1], small[2], small[3]);
+  // a chunk's (or the whole reduction's) big parts, then its small parts
+  const int span = chunked_of(MODE) ? ksteps<MODE>() * NT8 * 16 : BLOCK;
+  const int at = split_b<MODE>() ? idx / span * 2 * span + idx % span : idx;
+  out[at] = make_uint4(v[0], v[1], v[2], v[3]);
+  if constexpr (split_b<MODE>()) out[at + span] = make_uint4(small[0], small[1], small[2], small[3]);
 }
 
 // Byte offsets in the patch of this thread's rows mrow, mrow + 8 (clamped
@@ -97,7 +102,7 @@ __device__ __forceinline__ void gather_a(const unsigned char* Pb, const int (&pb
   const int2* offk2 = reinterpret_cast<const int2*>(offk);
   auto ld32 = [&](int off) { return *reinterpret_cast<const uint32_t*>(Pb + off); };
   auto ld16 = [&](int off) { return (uint32_t)*reinterpret_cast<const uint16_t*>(Pb + off); };
-  if constexpr (MODE == k3xFp16) {
+  if constexpr (fp16x3_of(MODE)) {
     const int2 lo = offk2[s * 8 + t], hi = offk2[s * 8 + t + 4];
     const int2 ko[2] = {lo, hi};
 #pragma unroll
@@ -124,7 +129,64 @@ __device__ __forceinline__ void gather_a(const unsigned char* Pb, const int (&pb
   }
 }
 
+// 3xFP16: scales the tile's patch rows (those load_patch wrote) of NCH
+// channels by 2^ta, ta from their largest finite |x| (fp16_exp) but at most
+// cap (zero_ta where all are zero), and replaces each fp32 x by the word of
+// its fp16 parts, hi in the low half and lo in the high half, in place.
+// Returns ta; ends with a barrier, so the gather may start. red: 2 * NTHR /
+// 32 floats.
+template <int NTHR, int NCH = kC>
+__device__ __forceinline__ int split_patch_fp16(const Params& p, const TileGeom& tg, float* patch, float* red,
+                                                int cap = 127, int zero_ta = 0) {
+  // NCHW: one run of rows_in rows per channel, CS apart; channels_last: one
+  // run of whole pixel rows. PW is a multiple of 8, so runs are float4s.
+  const int run4 = tg.rows_in * (p.nhwc ? p.rstr : p.PW) / 4;
+  const int n4 = (p.nhwc ? 1 : NCH) * run4;
+  auto at = [&](int f) {
+    const int c = NCH == 1 || f < run4 ? 0 : f < 2 * run4 ? 1 : 2;
+    return reinterpret_cast<float4*>(patch + c * p.CS) + (f - c * run4);
+  };
+  float m = 0.f;
+  for (int f = threadIdx.x; f < n4; f += NTHR) m = max_abs4(m, *at(f));
+  m = block_max<NTHR>(m, red);
+  if (!(m <= 3.402823466e38f)) {  // an Inf: the largest finite magnitude instead (block-uniform, rare)
+    m = 0.f;
+    for (int f = threadIdx.x; f < n4; f += NTHR) m = max_finite_abs4(m, *at(f));
+    m = block_max<NTHR>(m, red + NTHR / 32);
+  }
+  const int e = m > 0.f ? min(fp16_exp(m), cap) : zero_ta;
+  const float sa = pow2f(e);
+  for (int f = threadIdx.x; f < n4; f += NTHR) *reinterpret_cast<uint4*>(at(f)) = split_fp16_words(*at(f), sa);
+  __syncthreads();
+  return e;
+}
+
+// 3xFP16: *wexp = the exponent tw that puts the largest finite |w| of the n
+// weights in [2^14, 2^15) (see fp16_exp). One block.
+template <int NTHR>
+__global__ void __launch_bounds__(NTHR) weight_exp_kernel(const float* __restrict__ w, int n, int* __restrict__ wexp) {
+  __shared__ float red[NTHR / 32];
+  float m = 0.f;
+  for (int i = threadIdx.x; i < n; i += NTHR) m = max_finite_abs(m, w[i]);
+  m = block_max<NTHR>(m, red);
+  if (threadIdx.x == 0) *wexp = fp16_exp(m);
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// 3xFP16: acc times 2^d as two normal powers of two, exact unless a value
+// underflows (d up to 252; below -252 nothing of fp32's range survives).
+// Pinned first: the last wgmmas' results are read after their wait.
+template <int NACC>
+__device__ __forceinline__ void scale_acc(float* acc, int d) {
+  d = max(d, -252);
+  const float s1 = pow2f(d / 2), s2 = pow2f(d - d / 2);
+#pragma unroll
+  for (int i = 0; i < NACC; ++i) {
+    pin(acc[i]);
+    acc[i] = acc[i] * s1 * s2;
+  }
+}
+
 // KS k steps of one warpgroup's wgmmas into acc, A gathered from the patch
 // Pb (rows at pb), B from the weights at descriptor desc0 (3xTF32, 3xFP16:
 // the small parts in a second block of KS * NT8 * 256 bytes). Each A buffer

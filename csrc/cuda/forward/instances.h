@@ -31,10 +31,11 @@
   X(T, k16, 16, 1, true, 2, false) X(T, k16Pairs, 8, 1, true, 2, false)                            \
   X(T, k16Pairs, 12, 1, true, 2, false) X(T, k16Pairs, 16, 1, true, 2, false)
 
-// wgmma chunks (NCHW, more channels): TF32 groups of 64 | 96, 16-bit of
-// 64 | 96 | 128, as the 3-channel kernels.
-#define ALEXOP_FWD_CHUNKS_FP32(X) \
-  X(float, kTf32Chunks, 8, 2, true, 1, false) X(float, kTf32Chunks, 12, 2, true, 1, false)
+// wgmma chunks (NCHW, more channels): TF32 and 3xFP16 groups of 64 | 96,
+// 16-bit of 64 | 96 | 128, as the 3-channel kernels.
+#define ALEXOP_FWD_CHUNKS_FP32(X)                                                                  \
+  X(float, kTf32Chunks, 8, 2, true, 1, false) X(float, kTf32Chunks, 12, 2, true, 1, false)        \
+  X(float, k3xFp16Chunks, 8, 2, true, 1, false) X(float, k3xFp16Chunks, 12, 2, true, 1, false)
 #define ALEXOP_FWD_CHUNKS_16(X, T)                                                                 \
   X(T, k16Chunks, 8, 2, true, 1, false) X(T, k16Chunks, 12, 2, true, 1, false)                    \
   X(T, k16Chunks, 16, 2, true, 1, false)

@@ -61,7 +61,7 @@ TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
     // units keeps stmatrix and the 16-byte read-back free of bank conflicts;
     // 3xFP16: two floats per warp for the patch's largest magnitude
     return fixed + patch_bytes + (c.staged ? (size_t)c.nt8 * 8 * (mt + 8) * c.elem_bytes : 0) +
-           (c.mode == k3xFp16 ? 2 * kGThreads / 32 * 4 : 0);
+           (fp16x3_of(c.mode) ? 2 * kGThreads / 32 * 4 : 0);
   };
   // Whole output rows in the largest tile that fits them; where none does,
   // column blocks of a multiple of 8 columns (aligned copies) in full tiles:

@@ -5,7 +5,8 @@
 //
 //  1. empty output                                  -> none
 //  2. float64                                       -> generic   [the reference; no tensor-core kernel]
-//  3. wgmma, chunks_shape: 4 to 16 channels (TF32: 1 to 16 but 3), TF32 or 16-bit, nhwc_copy_pays, tf32_groups_pay
+//  3. wgmma, chunks_shape: 4 to 16 channels (float32: 1 to 16 but 3), TF32, 16-bit or fp32-accurate
+//     (3xFP16: up to 5 channels, more than one small image), nhwc_copy_pays, tf32_groups_pay
 //                                                   -> gmma chunks, groups of 64 | 96 (| 128 16-bit), channels_last
 //                                                      inputs copied to NCHW [one launch over every channel]
 //  4. 1 or 2, or 4 to max_sliced_channels channels -> slices of 3 (slices_pay) + the 3-channel choice [cheaper than cuDNN's few-channel kernels]
@@ -57,15 +58,29 @@ bool tc_limits(const Problem& p) {
 }
 bool tc_shape(const Problem& p) { return p.C == kC && tc_limits(p); }
 
-// The chunk kernel: sm_90a, 4 to kMaxSlicedChannels channels, TF32 or 16-bit
-// (the fp32-accurate kernels scale each tile's patch on its own, which a
-// chunk of it cannot). In TF32 also 1 and 2 channels, whose chunks reduce
-// over 128 or 256 slots where the 3-channel kernels on a zero-padded copy
-// reduce over 368.
+// fp32-accurate chunks (3xFP16): a tile's fp32 accumulators take 24 wgmma
+// steps a channel, and the tensor cores' accumulation error grows with them
+// (H200, random data: 1.7e-6 relative L2 at 5 channels, 6.7e-6 at 16, where
+// the 3-channel kernel's 69 steps give about 1.4e-6). Up to 5 channels;
+// beyond, the slices (partial sums added in memory) keep it.
+constexpr int64_t kMaxFp16x3ChunkChannels = 5;
+
+// The chunk kernel: sm_90a, 4 to kMaxSlicedChannels channels, TF32 or
+// 16-bit, or fp32-accurate ("highest": 3xFP16) up to kMaxFp16x3ChunkChannels
+// and not for one small image, where cuDNN's full-fp32 kernels are quick. In
+// float32 also 1 and 2 channels, whose chunks reduce over 128 or 256 slots
+// where the 3-channel kernels on a zero-padded copy reduce over 368.
 bool chunks_shape(const Problem& p) {
-  const bool tf32 = p.dtype == ScalarType::Float;
-  return p.dev.sm90a && p.C != kC && (p.C > kC || tf32) && p.C <= kMaxSlicedChannels && tc_limits(p) &&
-         (!tf32 || p.math == Fp32Math::kTf32);
+  const bool f32 = p.dtype == ScalarType::Float;
+  const bool accurate_ok = p.math == Fp32Math::kAccurate && p.C <= kMaxFp16x3ChunkChannels && !one_small_image(p);
+  return p.dev.sm90a && p.C != kC && (p.C > kC || f32) && p.C <= kMaxSlicedChannels && tc_limits(p) &&
+         (!f32 || p.math == Fp32Math::kTf32 || accurate_ok);
+}
+
+// The chunk kernel's mode: fp32-accurate, TF32 or 16-bit.
+MathMode chunks_mode(const Problem& p) {
+  if (p.dtype != ScalarType::Float) return k16Chunks;
+  return p.math == Fp32Math::kAccurate ? k3xFp16Chunks : kTf32Chunks;
 }
 
 // The chunk kernel reads NCHW rows, so a channels_last input is copied
@@ -73,9 +88,10 @@ bool chunks_shape(const Problem& p) {
 // H200, docs/design.md) the copy pays up to 5 channels; in 16-bit up to 12,
 // and from 13 except at 64 or 128 filters, where cuDNN's are quick; in TF32
 // up to 8 channels from 17 filters, and beyond only where cuDNN's are slow:
-// 16 filters, or 65 to 96 of up to 12 channels.
+// 16 filters, or 65 to 96 of up to 12 channels. Against cuDNN's full-fp32
+// kernels it always pays.
 bool nhwc_copy_pays(const Problem& p) {
-  if (!p.nhwc || p.C <= 5) return true;
+  if (!p.nhwc || p.C <= 5 || chunks_mode(p) == k3xFp16Chunks) return true;
   if (p.dtype != ScalarType::Float) return p.C <= 12 || (p.K != 64 && p.K != 128);
   if (p.C <= 8) return p.K > 16;
   return p.K <= 16 || (p.K > 64 && p.K <= 96 && p.C <= 12);
@@ -87,7 +103,7 @@ bool nhwc_copy_pays(const Problem& p) {
 // from 13 channels more than two groups (256, 384 filters).
 bool tf32_groups_pay(const Problem& p, int nt8) {
   const int64_t width = 8 * nt8, groups = (p.K + width - 1) / width, last = p.K - (groups - 1) * width;
-  return p.dtype != ScalarType::Float || p.C <= 8 || groups == 1 ||
+  return chunks_mode(p) != kTf32Chunks || p.C <= 8 || groups == 1 ||
          (2 * last > width && (p.C <= 12 || groups <= 2));
 }
 
@@ -237,7 +253,7 @@ Choice select_16(const Problem& p) {
 }
 
 // Names by MathMode and by Kernel (16-bit modes name the dtype).
-constexpr const char* kModeNames[] = {"3xtf32", "tf32", "", "3xfp16", "bf16x3", "", "", "", "tf32", ""};
+constexpr const char* kModeNames[] = {"3xtf32", "tf32", "", "3xfp16", "bf16x3", "", "", "", "tf32", "", "3xfp16"};
 constexpr const char* kKernelNames[] = {"none",          "fwd_generic", "fwd_planes",      "fwd_s2d",  "fwd_gmma_staged",
                                         "fwd_gmma_2cta", "fwd_gmma",    "fwd_mma",         "fwd_gmma_chunks", "fwd_cudnn"};
 
@@ -252,9 +268,8 @@ Choice select(const Problem& p) {
   }
   if (p.dtype == ScalarType::Double) return generic(p);
   if (chunks_shape(p) && nhwc_copy_pays(p)) {
-    const bool f32 = p.dtype == ScalarType::Float;
-    const MathMode mode = f32 ? kTf32Chunks : k16Chunks;
-    const int nt8 = f32 ? nt8_fp32(p.K) : nt8_for(p.K);
+    const MathMode mode = chunks_mode(p);
+    const int nt8 = p.dtype == ScalarType::Float ? nt8_fp32(p.K) : nt8_for(p.K);
     Problem q = p;
     q.nhwc = false;  // the kernel reads NCHW rows (forward_chunks copies a channels_last input)
     q.input_align = 16;
