@@ -17,7 +17,7 @@ timed a second time, alexop and cuDNN in both layouts in turn, each keeping its
 lower median. Writes <out>/shapes.json, shapes.md (the worst
 cases first) and shapes.png (speedup over the grid, if matplotlib is there).
 
-    python scripts/bench.py --shapes [--budget-s 540] [--mode ops|steps] [--doc SECTION]
+    python scripts/bench.py --shapes [--budget-s 540] [--mode ops|steps] [--grid issue27|channels] [--doc SECTION]
 """
 
 import argparse
@@ -65,6 +65,19 @@ def shape_grid(seed):
             seen.add(case)
             grid.append(case)
     return grid
+
+
+def channels_grid():
+    """The 4-16 channel grid the selectors' few-channel rules were read off (docs/design.md): dense in
+    channels and filters, 64 images of 224 and 127 (an odd width), 8 of 512, single images."""
+    dense = [(64, c, k, hw, 2) for hw in ((224, 224), (127, 127)) for c in (4, 5, 8, 12, 16)
+             for k in (16, 32, 64, 96, 128, 192, 256, 384)]
+    wide = [(8, c, k, (512, 512), 2) for c in (4, 8, 16) for k in (64, 128)]
+    single = [(1, c, k, (224, 224), 2) for c in (4, 5, 8) for k in (64, 96, 128)]
+    return dense + wide + single
+
+
+GRIDS = {"issue27": shape_grid, "channels": lambda seed: channels_grid()}
 
 
 def fits(n, c, k, hw, p, dtype):
@@ -281,6 +294,8 @@ def main(argv=None):
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--grid", choices=list(GRIDS), default="issue27",
+                        help="issue27: the sampled grid above; channels: 4-16 input channels, dense")
     parser.add_argument("--out", default="bench_results")
     parser.add_argument("--doc", metavar="SECTION", help="also write the table into docs/benchmarks.md")
     args = parser.parse_args(argv)
@@ -289,7 +304,7 @@ def main(argv=None):
            "cudnn": torch.backends.cudnn.version(), "date": time.strftime("%Y-%m-%d")}
     rows, start = [], time.perf_counter()
     done = 0
-    for case in shape_grid(args.seed):
+    for case in GRIDS[args.grid](args.seed):
         if time.perf_counter() - start > args.budget_s:
             break
         for mode in args.modes:
