@@ -1,7 +1,7 @@
 // The weight gradient's kernel choice. Decision tree, first match wins:
 //
 //  1. float64                               -> generic  [the reference; no tensor-core kernel]
-//  2. other than 3 channels                 -> slices of 3 (input_slices_pay, many_channels_pay) + the rest for 3, else cudnn
+//  2. other than 3 channels                 -> slices of 3 (input_slices_pay) + the rest for 3, else cudnn
 //  3. K other than 64 or 96                 -> slices of 96 filters (filter_slices_pay) + the rest for 96 (or 64), else cudnn
 //  4. !tc_shape                             -> cudnn    [outside the kernels' limits]
 //  5. small_images                          -> cudnn    [too few output pixels to fill the split-K slices]
