@@ -59,10 +59,9 @@ bool tc_limits(const Problem& p) {
 bool tc_shape(const Problem& p) { return p.C == kC && tc_limits(p); }
 
 // fp32-accurate chunks (3xFP16): a tile's fp32 accumulators take 24 wgmma
-// steps a channel, and the tensor cores' accumulation error grows with them
-// (H200, random data: 1.7e-6 relative L2 at 5 channels, 6.7e-6 at 16, where
-// the 3-channel kernel's 69 steps give about 1.4e-6). Up to 5 channels;
-// beyond, the slices (partial sums added in memory) keep it.
+// steps a channel, and the error grows with them (docs/precision.md: 1.7e-6
+// relative L2 at 5 channels, 6.7e-6 at 16, where the slices, each slice's
+// sum added in memory, keep 2.4e-6). Up to 5 channels; beyond, the slices.
 constexpr int64_t kMaxFp16x3ChunkChannels = 5;
 
 // The chunk kernel: sm_90a, 4 to kMaxSlicedChannels channels, TF32 or
