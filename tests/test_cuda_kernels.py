@@ -157,16 +157,17 @@ def _check_forward(shape, dtype, mode, bound, bias, channels_last):
     return names
 
 
-# 4-16 input channels (in TF32 also 1 and 2): on sm_90 the TF32 and 16-bit forwards run one
-# kernel that walks the channels in chunks (gmma_chunks.cuh: one channel a chunk in TF32, two
-# in 16-bit), streaming each chunk's weights and patch while the last one multiplies. Shapes:
-# chunks the channels fill and do not (odd counts in 16-bit), channel groups (K > 96 in TF32,
-# > 128 in 16-bit), ragged K, odd and no padding, a partial last tile, column blocks (1024
-# wide); channels_last inputs and 16-bit rows of other than 16-byte multiples are copied to
-# NCHW rows of whole 16-byte units first. fp32-accurate ("highest": 3xFP16 chunks) up to 5
-# channels, from more than one small image; "high" takes the slices or cuDNN's TF32, 16-bit 1 and 2 channels the
-# 3-channel kernels, and the forwards of CUDNN_INSTEAD cuDNN (forward/select.cu: TF32 filter
-# groups from 13 channels, TF32 channels_last copies from 9): checked all the same.
+# 4-16 input channels (in float32 also 1 and 2): on sm_90 the TF32, 16-bit and (up to 5
+# channels) fp32-accurate forwards run one kernel that walks the channels in chunks
+# (gmma_chunks.cuh: one channel a chunk in TF32 and 3xFP16, two in 16-bit), streaming each
+# chunk's weights and patch while the last one multiplies. Shapes: chunks the channels fill and
+# do not (odd counts in 16-bit), channel groups (K > 96 in float32, > 128 in 16-bit), ragged K,
+# odd and no padding, a partial last tile, column blocks (1024 wide); channels_last inputs and
+# 16-bit rows of other than 16-byte multiples are copied to NCHW rows of whole 16-byte units
+# first. fp32-accurate chunks need more than one small image; "high" takes the slices or
+# cuDNN's TF32, 16-bit 1 and 2 channels the 3-channel kernels, and the forwards of
+# CUDNN_INSTEAD cuDNN (forward/select.cu: TF32 filter groups from 13 channels, TF32
+# channels_last copies from 9): checked all the same.
 CHUNK_SHAPES = [
     (4, 1, 96, 224, 224, 2),
     (2, 2, 64, 127, 127, 5),
@@ -176,6 +177,7 @@ CHUNK_SHAPES = [
     (24, 16, 192, 63, 63, 1),
     (1, 13, 384, 95, 111, 3),
     (3, 7, 96, 27, 1024, 2),
+    (3, 5, 96, 27, 1024, 2),
 ]
 CUDNN_INSTEAD = {((1, 13, 384, 95, 111, 3), False), ((1, 13, 384, 95, 111, 3), True), ((24, 16, 192, 63, 63, 1), True)}
 
