@@ -28,6 +28,11 @@ TORCH_LIBRARY(alexop, m) {
   // The names of the kernels the three ops above would run for these
   // arguments (forward, weight gradient, input gradient); launches nothing.
   m.def("_kernel_for(Tensor input, Tensor weight, int padding=2) -> str[]");
+  // What _kernel_for would answer on a CUDA GPU of a named kind ("h100",
+  // "h200", "a100": those alexop's kernels are measured on), from the
+  // tensors' sizes, dtypes and layouts alone: the selection tests without a
+  // GPU. CUDA builds only.
+  m.def("_kernel_for_gpu(Tensor input, Tensor weight, int padding, str gpu) -> str[]");
 }
 
 at::Tensor conv11s4(

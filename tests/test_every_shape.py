@@ -168,31 +168,31 @@ def test_first_layer_choices(c, k, want, on_hopper):
 # filters, 9-16 channels but at 16 filters or 65-96 of up to 12 channels); in TF32 from 9
 # channels a last group of filters less than half full (128 = 96 + 32), and from 13 channels
 # more than two groups, go to cuDNN.
-@pytest.mark.parametrize(
-    "c,k,mode,channels_last,want",
-    [
-        (4, 64, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c64"),
-        (8, 64, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c64"),
-        (16, 96, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c96"),
-        (16, 64, "bf16", True, "fwd_cudnn"),
-        (16, 128, "bf16", True, "fwd_cudnn"),
-        (16, 64, "bf16", False, "fwd_gmma_chunks_bf16_c64"),
-        (8, 16, "tf32", True, "fwd_cudnn"),
-        (8, 32, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c64"),
-        (12, 96, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c96"),
-        (16, 16, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c64"),
-        (16, 64, "tf32", True, "fwd_cudnn"),
-        (8, 128, "tf32", False, "fwd_gmma_chunks_tf32_split_g96"),
-        (16, 128, "tf32", False, "fwd_cudnn"),
-        (16, 192, "tf32", False, "fwd_gmma_chunks_tf32_split_g96"),
-        (16, 256, "tf32", False, "fwd_cudnn"),
-        (12, 256, "tf32", False, "fwd_gmma_chunks_tf32_split_g96"),
-        (12, 16, "tf32", False, "fwd_gmma_chunks_tf32_c64"),
-        # TF32 1 and 2 channels too (128 or 256 reduction slots against pad3's 368)
-        (1, 96, "tf32", False, "fwd_gmma_chunks_tf32_c96"),
-        (2, 64, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c64"),
-    ],
-)
+HOPPER_CHUNK_CHOICES = [
+    (4, 64, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c64"),
+    (8, 64, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c64"),
+    (16, 96, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c96"),
+    (16, 64, "bf16", True, "fwd_cudnn"),
+    (16, 128, "bf16", True, "fwd_cudnn"),
+    (16, 64, "bf16", False, "fwd_gmma_chunks_bf16_c64"),
+    (8, 16, "tf32", True, "fwd_cudnn"),
+    (8, 32, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c64"),
+    (12, 96, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c96"),
+    (16, 16, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c64"),
+    (16, 64, "tf32", True, "fwd_cudnn"),
+    (8, 128, "tf32", False, "fwd_gmma_chunks_tf32_split_g96"),
+    (16, 128, "tf32", False, "fwd_cudnn"),
+    (16, 192, "tf32", False, "fwd_gmma_chunks_tf32_split_g96"),
+    (16, 256, "tf32", False, "fwd_cudnn"),
+    (12, 256, "tf32", False, "fwd_gmma_chunks_tf32_split_g96"),
+    (12, 16, "tf32", False, "fwd_gmma_chunks_tf32_c64"),
+    # TF32 1 and 2 channels too (128 or 256 reduction slots against pad3's 368)
+    (1, 96, "tf32", False, "fwd_gmma_chunks_tf32_c96"),
+    (2, 64, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c64"),
+]
+
+
+@pytest.mark.parametrize("c,k,mode,channels_last,want", HOPPER_CHUNK_CHOICES)
 def test_chunk_kernel_choices_on_hopper(c, k, mode, channels_last, want):
     if not wgmma_kernels_run():
         pytest.skip("expectations for the sm_90a kernels")
@@ -244,28 +244,28 @@ def test_channel_slices_selection(c, mode):
 # Where the weight gradient of 4-16 channels runs slices of 3 (and of up to 96 filters), by
 # what cuDNN runs in their place (weight_grad/select.cu, many_channels_pay): (N, C_in, C_out,
 # image side, precision, channels_last) -> the name's prefix; padding 2.
-@pytest.mark.parametrize(
-    "n,c,k,hw,mode,channels_last,want",
-    [
-        (64, 4, 128, 224, "bf16", False, "slice3x2+kslice96x2+"),
-        (64, 8, 384, 224, "bf16", True, "slice3x3+kslice96x4+"),  # cuDNN's 7-9 channels are slow
-        (64, 4, 256, 224, "bf16", False, "wgrad_cudnn"),
-        (64, 12, 96, 224, "bf16", False, "slice3x4+"),
-        (64, 16, 64, 224, "bf16", False, "wgrad_cudnn"),
-        (64, 4, 64, 127, "bf16", False, "wgrad_cudnn"),  # an odd width
-        (64, 4, 32, 224, "bf16", False, "slice3x2+kslice96x1+"),  # zero-padded filter slots
-        (64, 8, 32, 224, "bf16", False, "wgrad_cudnn"),
-        (64, 4, 128, 224, "tf32", False, "slice3x2+kslice96x2+"),
-        (64, 4, 128, 224, "tf32", True, "wgrad_cudnn"),
-        (64, 4, 128, 127, "tf32", False, "wgrad_cudnn"),  # few pixels
-        (64, 16, 64, 127, "tf32", True, "wgrad_cudnn"),
-        (64, 16, 96, 127, "tf32", True, "slice3x6+"),
-        (64, 8, 16, 224, "fp32", False, "slice3x3+kslice96x1+"),
-        (64, 8, 16, 127, "fp32", False, "wgrad_cudnn"),
-        (64, 8, 128, 127, "fp32", True, "slice3x3+kslice96x2+"),
-        (1, 4, 96, 224, "fp32", False, "wgrad_cudnn"),  # one small image
-    ],
-)
+WEIGHT_GRAD_SLICE_CHOICES = [
+    (64, 4, 128, 224, "bf16", False, "slice3x2+kslice96x2+"),
+    (64, 8, 384, 224, "bf16", True, "slice3x3+kslice96x4+"),  # cuDNN's 7-9 channels are slow
+    (64, 4, 256, 224, "bf16", False, "wgrad_cudnn"),
+    (64, 12, 96, 224, "bf16", False, "slice3x4+"),
+    (64, 16, 64, 224, "bf16", False, "wgrad_cudnn"),
+    (64, 4, 64, 127, "bf16", False, "wgrad_cudnn"),  # an odd width
+    (64, 4, 32, 224, "bf16", False, "slice3x2+kslice96x1+"),  # zero-padded filter slots
+    (64, 8, 32, 224, "bf16", False, "wgrad_cudnn"),
+    (64, 4, 128, 224, "tf32", False, "slice3x2+kslice96x2+"),
+    (64, 4, 128, 224, "tf32", True, "wgrad_cudnn"),
+    (64, 4, 128, 127, "tf32", False, "wgrad_cudnn"),  # few pixels
+    (64, 16, 64, 127, "tf32", True, "wgrad_cudnn"),
+    (64, 16, 96, 127, "tf32", True, "slice3x6+"),
+    (64, 8, 16, 224, "fp32", False, "slice3x3+kslice96x1+"),
+    (64, 8, 16, 127, "fp32", False, "wgrad_cudnn"),
+    (64, 8, 128, 127, "fp32", True, "slice3x3+kslice96x2+"),
+    (1, 4, 96, 224, "fp32", False, "wgrad_cudnn"),  # one small image
+]
+
+
+@pytest.mark.parametrize("n,c,k,hw,mode,channels_last,want", WEIGHT_GRAD_SLICE_CHOICES)
 def test_weight_grad_slices_selection(n, c, k, hw, mode, channels_last, want):
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("alexop's tensor-core kernels need sm_80")

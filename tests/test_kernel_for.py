@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import alexop
-from conftest import make_inputs, needs_cuda, sm80_kernels_forced, wgmma_kernels_run
+from conftest import make_inputs, needs_cuda, precision, sm80_kernels_forced, wgmma_kernels_run
+from test_every_shape import HOPPER_CHUNK_CHOICES, WEIGHT_GRAD_SLICE_CHOICES
 
 KEYS = ("forward", "weight_grad", "input_grad")
 
@@ -168,3 +169,70 @@ def test_outside_the_tensor_core_kernels():
     assert names == {"forward": "fwd_generic", "weight_grad": "wgrad_generic", "input_grad": "dgrad_cublas_fold"}
     names = _names(0, 3, 96, 64, 64, 2, torch.float32, "highest")
     assert names["forward"] == "none" and names["input_grad"] == "none"
+
+
+# _kernel_for_gpu: the same selectors for a GPU named rather than present, from the sizes,
+# dtypes and layouts of meta tensors, so the selection expectations run without a GPU (CI);
+# on an H100 / H200 or A100 of the named kind's SM count both answers must agree.
+named_gpus = pytest.mark.skipif(
+    not torch._C._dispatch_has_kernel_for_dispatch_key("alexop::_kernel_for_gpu", "CompositeExplicitAutograd"),
+    reason="a CPU-only build has no CUDA selectors",
+)
+NAMED = {0: "h100", 1: "a100"}
+
+
+def _named(gpu, n, c, k, h, w, p, dtype, mode, channels_last=False):
+    x = torch.empty(n, c, h, w, device="meta", dtype=dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    with precision(mode):
+        return dict(zip(KEYS, torch.ops.alexop._kernel_for_gpu(x, torch.empty(k, c, 11, 11, device="meta",
+                                                                                   dtype=dtype), p, gpu)))
+
+
+@named_gpus
+@pytest.mark.parametrize("column", list(NAMED), ids=NAMED.get)
+@pytest.mark.parametrize("case", list(EXPECTED), ids=lambda c: f"{str(c[0])[6:]}-{c[1]}")
+def test_alexnet_selection_by_name(case, column):
+    dtype, mode = case
+    assert _named(NAMED[column], *ALEXNET, dtype, mode) == dict(zip(KEYS, EXPECTED[case][column]))
+
+
+@named_gpus
+@pytest.mark.parametrize("c,k,mode,channels_last,want", HOPPER_CHUNK_CHOICES)
+def test_chunk_kernel_choices_by_name(c, k, mode, channels_last, want):
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    assert _named("h100", 64, c, k, 224, 224, 2, dtype, "medium", channels_last)["forward"] == want
+
+
+@named_gpus
+@pytest.mark.parametrize("gpu", ["h100", "a100"])
+@pytest.mark.parametrize("n,c,k,hw,mode,channels_last,want", WEIGHT_GRAD_SLICE_CHOICES)
+def test_weight_grad_slices_by_name(gpu, n, c, k, hw, mode, channels_last, want):
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    names = _named(gpu, n, c, k, hw, hw, 2, dtype, "medium" if mode == "tf32" else "highest", channels_last)
+    assert names["weight_grad"].startswith(want), names
+
+
+@named_gpus
+def test_named_gpu_checks_its_arguments():
+    schema = str(torch.ops.alexop._kernel_for_gpu.default._schema)
+    assert schema == "alexop::_kernel_for_gpu(Tensor input, Tensor weight, int padding, str gpu) -> str[]"
+    with pytest.raises(RuntimeError, match='expected gpu to be "h100", "h200" or "a100", but got "v100"'):
+        _named("v100", *ALEXNET, torch.float32, "highest")
+    with pytest.raises(RuntimeError, match="padding >= 0"):
+        _named("h100", 2, 3, 96, 64, 64, -1, torch.float32, "highest")
+
+
+@named_gpus
+@needs_cuda
+@pytest.mark.parametrize(
+    "shape", [ALEXNET, (64, 4, 128, 224, 224, 2), (64, 16, 64, 127, 127, 1), (8, 1, 96, 512, 512, 0),
+              (1, 3, 96, 224, 224, 2), (3, 5, 96, 27, 1024, 2)], ids=str)
+@pytest.mark.parametrize("dtype,mode", list(EXPECTED))
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_named_gpu_agrees_with_this_gpu(gpu, shape, dtype, mode, channels_last):
+    sms = {0: 132, 1: 108}[gpu]
+    if torch.cuda.get_device_properties(0).multi_processor_count != sms:
+        pytest.skip(f"the named kind has {sms} SMs")
+    assert _named(NAMED[gpu], *shape, dtype, mode, channels_last) == _names(*shape, dtype, mode, channels_last)

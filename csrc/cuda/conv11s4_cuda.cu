@@ -76,13 +76,13 @@ Operand operand(const at::Tensor& t) {
 // caching allocator aligns blocks to 512 bytes): NCHW, 16-byte aligned.
 constexpr Operand kFresh{false, 16};
 
-// What every op's problem starts from; like: a tensor of the op's device and
-// dtype, input_size: (N, C, H, W).
+// What every op's problem starts from, on device dev; like: a tensor of the
+// op's dtype, input_size: (N, C, H, W).
 cuda::ProblemBase problem_base(
-    const at::Tensor& like, at::IntArrayRef input_size, int64_t K,
-    int64_t padding) {
+    const cuda::Device& dev, const at::Tensor& like,
+    at::IntArrayRef input_size, int64_t K, int64_t padding) {
   cuda::ProblemBase p;
-  p.dev = cuda::device(like.get_device());
+  p.dev = dev;
   p.dtype = like.scalar_type();
   p.math = fp32_math();
   p.N = input_size[0];
@@ -97,10 +97,10 @@ cuda::ProblemBase problem_base(
 }
 
 cuda::forward::Problem forward_problem(
-    const at::Tensor& input, const at::Tensor& weight, int64_t padding,
-    Operand x, int output_align) {
+    const cuda::Device& dev, const at::Tensor& input, const at::Tensor& weight,
+    int64_t padding, Operand x, int output_align) {
   cuda::forward::Problem p{
-      problem_base(input, input.sizes(), weight.size(0), padding)};
+      problem_base(dev, input, input.sizes(), weight.size(0), padding)};
   p.nhwc = x.nhwc;
   p.input_align = x.align;
   p.output_align = output_align;
@@ -109,10 +109,11 @@ cuda::forward::Problem forward_problem(
 
 // x: the input as the weight-gradient kernels receive it (nchw_input.h).
 cuda::weight_grad::Problem weight_grad_problem(
-    const at::Tensor& input, int64_t K, int64_t padding, Operand x,
-    int64_t x_stride0, int grad_output_align, bool transposed) {
+    const cuda::Device& dev, const at::Tensor& input, int64_t K,
+    int64_t padding, Operand x, int64_t x_stride0, int grad_output_align,
+    bool transposed) {
   cuda::weight_grad::Problem p{
-      problem_base(input, input.sizes(), K, padding)};
+      problem_base(dev, input, input.sizes(), K, padding)};
   p.nhwc = x.nhwc;
   p.input_stride0 = x_stride0;
   p.input_align = x.align;
@@ -182,7 +183,8 @@ void forward_slices(
         ? output
         : partials.narrow(0, g * stride, numel).view(output.sizes());
     const auto p = forward_problem(
-        xg, wg, padding, operand(xg), cuda::alignment(yg.const_data_ptr()));
+        cuda::device(xg.get_device()), xg, wg, padding, operand(xg),
+        cuda::alignment(yg.const_data_ptr()));
     cuda::forward::launch(
         cuda::forward::select(p), p,
         {xg, wg, g == 0 ? bias : nullptr, yg, in_place && g > 0});
@@ -244,11 +246,12 @@ at::MemoryFormat kernel_output_format(
 // The weight-gradient problem of an input as the kernels would receive it
 // (nchw_input.h), before any copy is made: a copy is NCHW and fresh.
 cuda::weight_grad::Problem weight_grad_problem_of(
-    const at::Tensor& input, int64_t K, int64_t padding,
-    cuda::weight_grad::InputPrep prep, int grad_output_align) {
+    const cuda::Device& dev, const at::Tensor& input, int64_t K,
+    int64_t padding, cuda::weight_grad::InputPrep prep,
+    int grad_output_align) {
   const bool as_is = prep == cuda::weight_grad::InputPrep::kAsIs;
   return weight_grad_problem(
-      input, K, padding, as_is ? operand(input) : kFresh,
+      dev, input, K, padding, as_is ? operand(input) : kFresh,
       as_is ? input.stride(0) : input.size(1) * input.size(2) * input.size(3),
       grad_output_align, prep == cuda::weight_grad::InputPrep::kTranspose);
 }
@@ -263,7 +266,8 @@ at::Tensor conv11s4_cuda(
   const c10::cuda::CUDAGuard guard(input.device());
   const auto x = dense_input(input);
   const auto w = weight.contiguous();
-  const auto p = forward_problem(x, w, padding, operand(x), kFresh.align);
+  const auto p = forward_problem(
+      cuda::device(x.get_device()), x, w, padding, operand(x), kFresh.align);
   const auto choice = cuda::forward::select(p);
   const auto format = output_memory_format(input, weight);
   if (choice.kernel == cuda::forward::Kernel::kCudnn) {
@@ -299,8 +303,9 @@ at::Tensor conv11s4_backward_input_cuda(
       "alexop.conv11s4_backward_input", grad_output, kCudaTypes, "CUDA");
   const c10::cuda::CUDAGuard guard(grad_output.device());
   const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
+  const auto dev = cuda::device(grad_output.get_device());
   const cuda::input_grad::Problem p{
-      problem_base(grad_output, input_size, weight.size(0), padding)};
+      problem_base(dev, grad_output, input_size, weight.size(0), padding)};
   const auto choice = cuda::input_grad::select(p);
   const auto format = output_memory_format(grad_output, weight);
   if (choice.kernel == cuda::input_grad::Kernel::kCudnn) {
@@ -323,7 +328,7 @@ at::Tensor conv11s4_backward_input_cuda(
   // fewer channels into a buffer, then copied
   const int64_t C = input_size[1];
   const int64_t size3[] = {input_size[0], cuda::kC, input_size[2], input_size[3]};
-  const cuda::input_grad::Problem p3{problem_base(grad_output, size3, w.size(0), padding)};
+  const cuda::input_grad::Problem p3{problem_base(dev, grad_output, size3, w.size(0), padding)};
   const auto choice3 = cuda::input_grad::select(p3);
   auto grad_input = at::empty(input_size, grad_output.options());
   for (int g = 0; g < choice.slices; ++g) {
@@ -371,7 +376,7 @@ at::Tensor weight_grad_filters(
   for (const auto& dy : dys) {
     const int64_t width = dy.size(1), kk = std::min(width, K - k0);
     const auto p = weight_grad_problem(
-        x, width, padding, operand(x), x.stride(0),
+        cuda::device(x.get_device()), x, width, padding, operand(x), x.stride(0),
         cuda::alignment(dy.const_data_ptr()), transposed);
     auto gw = at::empty({width, x.size(1), kKernelSize, kKernelSize}, x.options());
     auto gb = grad_bias == nullptr || !sliced ? at::Tensor()
@@ -405,7 +410,8 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
       : kFresh.align;
   const auto prep = cuda::weight_grad::input_prep(input);
   const auto choice = cuda::weight_grad::select(
-      weight_grad_problem_of(input, K, padding, prep, gy_align));
+      weight_grad_problem_of(
+          cuda::device(input.get_device()), input, K, padding, prep, gy_align));
   if (choice.kernel == cuda::weight_grad::Kernel::kCudnn) {
     return cuda::conv11s4_backward_weight_cudnn(
         grad_output, input, K, padding, bias_grad, cudnn_tf32());
@@ -431,28 +437,48 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
   return {joined.narrow(1, 0, input.size(1)).contiguous(), grad_bias};
 }
 
-// The kernels the three ops would run for (input, weight, padding), by name,
-// from the same selectors, launching nothing. grad_output is taken as the
-// autograd path makes it: the output's shape, layout and dtype, freshly
-// allocated, so NCHW as the kernels read it (a channels_last one is a fresh
-// NCHW copy by then).
+// The kernels the three ops would run on device dev for (input, weight,
+// padding), by name, from the same selectors, launching nothing. x: how the
+// forward receives the input. grad_output is taken as the autograd path
+// makes it: the output's shape, layout and dtype, freshly allocated, so NCHW
+// as the kernels read it (a channels_last one is a fresh NCHW copy by then).
+std::vector<std::string> kernel_names(
+    const cuda::Device& dev, const at::Tensor& input, const at::Tensor& weight,
+    int64_t padding, Operand x) {
+  const auto fwd = forward_problem(dev, input, weight, padding, x, kFresh.align);
+  const auto wgrad = weight_grad_problem_of(
+      dev, input, weight.size(0), padding, cuda::weight_grad::input_prep(input),
+      kFresh.align);
+  const cuda::input_grad::Problem dgrad{
+      problem_base(dev, input, input.sizes(), weight.size(0), padding)};
+  return {
+      cuda::forward::name(cuda::forward::select(fwd)),
+      cuda::weight_grad::name(cuda::weight_grad::select(wgrad)),
+      cuda::input_grad::name(cuda::input_grad::select(dgrad))};
+}
+
 std::vector<std::string> kernel_for_cuda(
     const at::Tensor& input, const at::Tensor& weight, int64_t padding) {
   check_conv11s4(input, weight, std::nullopt, padding);
   check_dtype("alexop._kernel_for", input, kCudaTypes, "CUDA");
   const c10::cuda::CUDAGuard guard(input.device());
-  const auto fwd = forward_problem(
-      input, weight, padding, dense(input) ? operand(input) : kFresh,
-      kFresh.align);
-  const auto wgrad = weight_grad_problem_of(
-      input, weight.size(0), padding, cuda::weight_grad::input_prep(input),
-      kFresh.align);
-  const cuda::input_grad::Problem dgrad{
-      problem_base(input, input.sizes(), weight.size(0), padding)};
-  return {
-      cuda::forward::name(cuda::forward::select(fwd)),
-      cuda::weight_grad::name(cuda::weight_grad::select(wgrad)),
-      cuda::input_grad::name(cuda::input_grad::select(dgrad))};
+  return kernel_names(
+      cuda::device(input.get_device()), input, weight, padding,
+      dense(input) ? operand(input) : kFresh);
+}
+
+// The names on a GPU of the kind named (common/device.h), from the tensors'
+// sizes, dtypes and layouts alone, whatever their device (meta tensors will
+// do), as if the CUDA allocator had made them.
+std::vector<std::string> kernel_for_gpu(
+    const at::Tensor& input, const at::Tensor& weight, int64_t padding,
+    c10::string_view gpu) {
+  check_conv11s4(input, weight, std::nullopt, padding);
+  check_dtype("alexop._kernel_for_gpu", input, kCudaTypes, "CUDA");
+  const auto dev = cuda::named_device(std::string(gpu));
+  return kernel_names(
+      dev, input, weight, padding,
+      dense(input) ? Operand{operand(input).nhwc, kFresh.align} : kFresh);
 }
 
 }  // namespace
@@ -462,6 +488,11 @@ TORCH_LIBRARY_IMPL(alexop, CUDA, m) {
   m.impl("conv11s4_backward_input", &conv11s4_backward_input_cuda);
   m.impl("conv11s4_backward_weight", &conv11s4_backward_weight_cuda);
   m.impl("_kernel_for", &kernel_for_cuda);
+}
+
+// Any device: it reads sizes, dtypes and layouts only.
+TORCH_LIBRARY_IMPL(alexop, CompositeExplicitAutograd, m) {
+  m.impl("_kernel_for_gpu", &kernel_for_gpu);
 }
 
 }  // namespace alexop

@@ -3,6 +3,7 @@
 #include "device.h"
 
 #include <ATen/cuda/CUDAContextLight.h>
+#include <c10/util/Exception.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -22,6 +23,26 @@ __global__ void gmma_marker_kernel() {
 }
 
 }  // namespace
+
+Device named_device(const std::string& kind) {
+  Device d;
+  if (kind == "h100" || kind == "h200") {
+    d.sm = 90;
+    d.sm90a = true;
+    d.num_sms = 132;
+    d.smem_optin = 232448;
+    d.smem_per_sm = 233472;
+  } else {
+    TORCH_CHECK(kind == "a100", "alexop._kernel_for_gpu: expected gpu to be \"h100\", \"h200\" or \"a100\", but got \"",
+                kind, "\"");
+    d.sm = 80;
+    d.num_sms = 108;
+    d.smem_optin = 166912;
+    d.smem_per_sm = 167936;
+  }
+  d.smem_reserved = 1024;
+  return d;
+}
 
 Device device(int index) {
   static const bool force_sm80 = [] {

@@ -3,6 +3,7 @@
 // (the selectors are pure functions of it), and the queries that fill it.
 
 #include <cstdint>
+#include <string>
 
 namespace alexop::cuda {
 
@@ -19,6 +20,12 @@ struct Device {
 // environment describes an sm_90 device as sm_80 without wgmma (read once):
 // how the tests run the A100 kernels on Hopper.
 Device device(int index);
+
+// The description of a GPU kind by name, as its device properties give it,
+// for asking the selectors without one: "h100" and "h200" (sm_90 running
+// this build's sm_90a code, 132 SMs, 227 KB of shared memory a block),
+// "a100" (sm_80, 108 SMs, 163 KB). Throws on any other name.
+Device named_device(const std::string& kind);
 
 // alexop's tensor-core kernels are chosen on the architectures they are built
 // and measured for, sm_80 (A100) and sm_90 (H100, H200). Turing lacks cp.async
