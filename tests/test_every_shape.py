@@ -103,6 +103,26 @@ GRID = [
 ]
 
 
+def grid_on_reference_kernels(select, dtype, mode):
+    """The grid's problems (both layouts) whose choices include a reference kernel. select:
+    (n, c, k, hw, p, dtype, mode, channels_last) -> the kernel names, as _selection."""
+    slow = {}
+    for n, c, k, hw, p in GRID:
+        for channels_last in (False, True):
+            names = select(n, c, k, hw, p, dtype, mode, channels_last)
+            if any("generic" in v for v in names.values()):
+                slow[(n, c, k, hw, p, channels_last)] = names
+    return slow
+
+
+def three_channel_forwards_on_cudnn(select, dtype, mode):
+    """The 3-channel forwards of the grid, and of 8 images of 1024 x 1024, that select sends to cuDNN."""
+    shapes = dict.fromkeys((n, k, hw, p) for n, _, k, hw, p in GRID)
+    shapes.update(dict.fromkeys((8, k, (1024, 1024), p) for k in (16, 64, 96, 128, 192, 384) for p in (0, 2, 5)))
+    return [(n, k, hw, p, channels_last) for n, k, hw, p in shapes for channels_last in (False, True)
+            if select(n, 3, k, hw, p, dtype, mode, channels_last)["forward"] == "fwd_cudnn"]
+
+
 @pytest.mark.parametrize("dtype,mode,bound", MODES)
 def test_no_shape_falls_to_the_reference_kernels(dtype, mode, bound):
     """The reference kernels (one thread an output) ran 10-100x slower than cuDNN:
@@ -110,12 +130,7 @@ def test_no_shape_falls_to_the_reference_kernels(dtype, mode, bound):
     cuDNN (or, for the input gradient, cuBLAS + fold)."""
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("alexop's tensor-core kernels need sm_80")
-    slow = {}
-    for n, c, k, hw, p in GRID:
-        for channels_last in (False, True):
-            names = _selection(n, c, k, hw, p, dtype, mode, channels_last)
-            if any("generic" in v for v in names.values()):
-                slow[(n, c, k, hw, p, channels_last)] = names
+    slow = grid_on_reference_kernels(_selection, dtype, mode)
     assert not slow, f"{len(slow)} problems on the reference kernels, e.g. {next(iter(slow.items()))}"
 
 
@@ -126,14 +141,7 @@ def test_three_channel_forwards_run_alexop_kernels_on_hopper(dtype, mode, bound)
     (forward/plan.cu), where cuDNN ran before."""
     if not wgmma_kernels_run():
         pytest.skip("expectations for the sm_90a kernels")
-    shapes = dict.fromkeys((n, k, hw, p) for n, _, k, hw, p in GRID)
-    shapes.update(dict.fromkeys((8, k, (1024, 1024), p) for k in (16, 64, 96, 128, 192, 384) for p in (0, 2, 5)))
-    on_cudnn = []
-    for n, k, hw, p in shapes:
-        for channels_last in (False, True):
-            forward = _selection(n, 3, k, hw, p, dtype, mode, channels_last)["forward"]
-            if forward == "fwd_cudnn":
-                on_cudnn.append((n, k, hw, p, channels_last))
+    on_cudnn = three_channel_forwards_on_cudnn(_selection, dtype, mode)
     assert not on_cudnn, f"{len(on_cudnn)} 3-channel forwards on cuDNN, e.g. {on_cudnn[:3]}"
 
 

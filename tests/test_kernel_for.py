@@ -7,7 +7,13 @@ import torch
 
 import alexop
 from conftest import make_inputs, needs_cuda, precision, sm80_kernels_forced, wgmma_kernels_run
-from test_every_shape import HOPPER_CHUNK_CHOICES, WEIGHT_GRAD_SLICE_CHOICES
+from test_every_shape import (
+    HOPPER_CHUNK_CHOICES,
+    MODES,
+    WEIGHT_GRAD_SLICE_CHOICES,
+    grid_on_reference_kernels,
+    three_channel_forwards_on_cudnn,
+)
 
 KEYS = ("forward", "weight_grad", "input_grad")
 
@@ -188,6 +194,27 @@ def _named(gpu, n, c, k, h, w, p, dtype, mode, channels_last=False):
     with precision(mode):
         return dict(zip(KEYS, torch.ops.alexop._kernel_for_gpu(x, torch.empty(k, c, 11, 11, device="meta",
                                                                                    dtype=dtype), p, gpu)))
+
+
+def _named_selection(gpu):
+    """test_every_shape's _selection, for a named GPU."""
+    return lambda n, c, k, hw, p, dtype, mode, channels_last=False: _named(gpu, n, c, k, *hw, p, dtype, mode,
+                                                                          channels_last)
+
+
+@named_gpus
+@pytest.mark.parametrize("gpu", ["h100", "a100"])
+@pytest.mark.parametrize("dtype,mode,bound", MODES)
+def test_no_grid_shape_falls_to_the_reference_kernels_by_name(gpu, dtype, mode, bound):
+    slow = grid_on_reference_kernels(_named_selection(gpu), dtype, mode)
+    assert not slow, f"{len(slow)} problems on the reference kernels, e.g. {next(iter(slow.items()))}"
+
+
+@named_gpus
+@pytest.mark.parametrize("dtype,mode,bound", MODES)
+def test_three_channel_forwards_run_alexop_kernels_by_name(dtype, mode, bound):
+    on_cudnn = three_channel_forwards_on_cudnn(_named_selection("h100"), dtype, mode)
+    assert not on_cudnn, f"{len(on_cudnn)} 3-channel forwards on cuDNN, e.g. {on_cudnn[:3]}"
 
 
 @named_gpus
