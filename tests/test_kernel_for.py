@@ -8,9 +8,12 @@ import torch
 import alexop
 from conftest import make_inputs, needs_cuda, precision, sm80_kernels_forced, wgmma_kernels_run
 from test_every_shape import (
+    FIRST_LAYER_CHOICES,
     HOPPER_CHUNK_CHOICES,
     MODES,
+    SLICED,
     WEIGHT_GRAD_SLICE_CHOICES,
+    check_channel_slices,
     grid_on_reference_kernels,
     three_channel_forwards_on_cudnn,
 )
@@ -208,6 +211,20 @@ def _named_selection(gpu):
 def test_no_grid_shape_falls_to_the_reference_kernels_by_name(gpu, dtype, mode, bound):
     slow = grid_on_reference_kernels(_named_selection(gpu), dtype, mode)
     assert not slow, f"{len(slow)} problems on the reference kernels, e.g. {next(iter(slow.items()))}"
+
+
+@named_gpus
+@pytest.mark.parametrize("gpu", ["h100", "a100"])
+@pytest.mark.parametrize("c,k,want,on_hopper", FIRST_LAYER_CHOICES)
+def test_first_layer_choices_by_name(gpu, c, k, want, on_hopper):
+    names = _named(gpu, 64, c, k, 224, 224, 2, torch.bfloat16, "highest")
+    assert names["forward"].startswith(on_hopper if gpu == "h100" else want), names
+
+
+@named_gpus
+@pytest.mark.parametrize("c,mode", list(SLICED), ids=lambda v: str(v))
+def test_channel_slices_selection_by_name(c, mode):
+    check_channel_slices(_named_selection("h100"), c, mode, hopper=True)
 
 
 @named_gpus
