@@ -77,8 +77,9 @@ def kernel_for(input: Tensor, weight: Tensor, padding: int = 2) -> dict[str, str
         ``{"forward": ..., "weight_grad": ..., "input_grad": ...}``, e.g.
         ``"fwd_planes_bf16_c96"``, ``"wgrad_gmma_3xfp16_c96_vec"``,
         ``"slice3x2+fwd_planes_tf32_c96"`` (4 to 6 input channels, run as two
-        slices of 3), ``"fwd_gmma_chunks_bf16_c96"`` (4 to 16 input channels
-        on Hopper, in float32 also 1 and 2: one kernel over chunks of them;
+        slices of 3), ``"fwd_gmma_chunks_bf16_c96"`` (on Hopper, 4 to 16 input
+        channels, TF32 also 1 and 2, fp32-accurate 1, 2, 4 and 5: one kernel
+        over chunks of them;
         ``"nchw+"`` before it: a channels_last input copied to NCHW first),
         ``"fwd_cudnn"`` (cuDNN, in the memory layout its first call timed
         faster) on CUDA, ``"cpu_fwd_winograd_avx512"`` on the

@@ -269,6 +269,10 @@ WEIGHT_GRAD_SLICE_CHOICES = [
     (64, 4, 64, 127, "bf16", False, "wgrad_cudnn"),  # an odd width
     (64, 4, 32, 224, "bf16", False, "slice3x2+kslice96x1+"),  # zero-padded filter slots
     (64, 8, 32, 224, "bf16", False, "wgrad_cudnn"),
+    (8, 4, 96, 224, "bf16", False, "slice3x2+"),  # the older rule's region: at any size
+    (8, 4, 128, 224, "bf16", False, "wgrad_cudnn"),  # the rest from 2^16 output pixels
+    (8, 12, 96, 224, "bf16", False, "wgrad_cudnn"),
+    (8, 4, 128, 512, "bf16", False, "slice3x2+kslice96x2+"),
     (64, 4, 128, 224, "tf32", False, "slice3x2+kslice96x2+"),
     (64, 4, 128, 224, "tf32", True, "wgrad_cudnn"),
     (64, 4, 128, 127, "tf32", False, "wgrad_cudnn"),  # few pixels

@@ -59,9 +59,9 @@ bool tc_limits(const Problem& p) {
 bool tc_shape(const Problem& p) { return p.C == kC && tc_limits(p); }
 
 // fp32-accurate chunks (3xFP16): a tile's fp32 accumulators take 24 wgmma
-// steps a channel, and the error grows with them (docs/precision.md: 1.7e-6
-// relative L2 at 5 channels, 6.7e-6 at 16, where the slices, each slice's
-// sum added in memory, keep 2.4e-6). Up to 5 channels; beyond, the slices.
+// steps a channel, and the error grows with them (docs/precision.md): up to
+// 5 channels it stays near the 3-channel kernel's; beyond, the slices, each
+// slice's sum added in memory, are the more accurate.
 constexpr int64_t kMaxFp16x3ChunkChannels = 5;
 
 // The chunk kernel: sm_90a, 4 to kMaxSlicedChannels channels, TF32 or
@@ -83,12 +83,12 @@ MathMode chunks_mode(const Problem& p) {
 }
 
 // The chunk kernel reads NCHW rows, so a channels_last input is copied
-// first (one pass, relayout.h). Against cuDNN's channels_last kernels (9.19,
-// H200, docs/design.md) the copy pays up to 5 channels; in 16-bit up to 12,
-// and from 13 except at 64 or 128 filters, where cuDNN's are quick; in TF32
-// up to 8 channels from 17 filters, and beyond only where cuDNN's are slow:
-// 16 filters, or 65 to 96 of up to 12 channels. Against cuDNN's full-fp32
-// kernels it always pays.
+// first (one pass, relayout.h). Against cuDNN's channels_last kernels
+// (docs/design.md says where they were timed) the copy pays up to 5
+// channels; in 16-bit up to 12, and from 13 except at 64 or 128 filters,
+// where cuDNN's are quick; in TF32 up to 8 channels from 17 filters, and
+// beyond only where cuDNN's are slow: 16 filters, or 65 to 96 of up to 12
+// channels. Against cuDNN's full-fp32 kernels it always pays.
 bool nhwc_copy_pays(const Problem& p) {
   if (!p.nhwc || p.C <= 5 || chunks_mode(p) == k3xFp16Chunks) return true;
   if (p.dtype != ScalarType::Float) return p.C <= 12 || (p.K != 64 && p.K != 128);

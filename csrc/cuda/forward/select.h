@@ -27,7 +27,7 @@ enum class Kernel {
   kGmma2Cta,    // gmma.cuh: wgmma gather, two CTAs an SM (16-bit)
   kGmma,        // gmma.cuh: wgmma gather, one CTA an SM (TF32, 3xFP16, 3xTF32)
   kMmaSync,     // mma_sync.cuh: mma.sync gather, sm_80+ (every precision)
-  kGmmaChunks,  // gmma_chunks.cuh: wgmma gather over chunks of more input channels (TF32, 16-bit)
+  kGmmaChunks,  // gmma_chunks.cuh: wgmma gather over chunks of more input channels (TF32, 16-bit, 3xFP16)
   kCudnn,       // ../cudnn/: ATen's convolution (cuDNN), where no alexop kernel wins
 };
 

@@ -65,28 +65,33 @@ bool vec_ok(const Problem& p) {
 // cuDNN's full-fp32 weight gradients ("highest"), slow at any channel count.
 bool cudnn_fp32(const Problem& p) { return p.dtype == ScalarType::Float && p.math == Fp32Math::kAccurate; }
 
-// Output pixels (the reduction's length; 2^17, where 64 images of 224 x 224
-// give 193,600) from which several slices' copies and launches pay back.
-bool many_pixels(const Problem& p) { return p.N * p.P * p.Q >= (1 << 17); }
+// Output pixels over the batch: the reduction's length.
+int64_t pixels(const Problem& p) { return p.N * p.P * p.Q; }
 
-// 4 to 16 channels as slices of 3, by what cuDNN runs in their place (its
-// 9.19 kernels on an H200, docs/design.md): never one small image (the
-// slices' launches cost more); fewer than 64 filters (one zero-padded
-// filter slice) only from many pixels of an NCHW input, in 16-bit only at
-// 4 or 5 channels; its full-fp32 kernels lose from 64 filters on; its TF32 ones win over
-// channels_last slices (a copy of input and grad_output first) of 64
-// filters from few pixels, and over more than 96 filters (several filter
-// slices) from few pixels or channels_last; its 16-bit ones win from 13
-// channels, at odd widths (the strided kernel), and beyond 192 filters
-// except at 7 to 9 channels.
+// 4 to 16 channels as slices of 3, by what cuDNN runs in their place
+// (docs/design.md says where that was timed); never for one small image (the
+// slices' launches cost more). float32: fewer than 64 filters (a zero-padded
+// filter slice) only for NCHW from 2^17 output pixels; from 64 filters
+// always against cuDNN's full-fp32 kernels; against its TF32 ones 64 to 96
+// filters (channels_last of 64 only from 2^17 pixels: input and
+// grad_output are copied first), more (several filter slices) only for
+// NCHW from 2^17 pixels. 16-bit: up to 12 channels of an even width (the
+// odd width's strided kernel loses) at 64 to 192 filters, at any count from
+// 64 at 7 to 9 channels (cuDNN's are slow there), under 64 at 4 or 5
+// channels; beyond the older rule's up to 8 channels of 64 or 96 filters,
+// only from 2^16 pixels, the fewest it was timed at.
 bool many_channels_pay(const Problem& p) {
   if (p.C > kMaxSlicedChannels || one_small_image(p)) return false;
-  if (p.K < 64) return p.dtype == ScalarType::Float ? !p.nhwc && many_pixels(p) : p.C <= 5 && p.W % 2 == 0;
-  if (cudnn_fp32(p)) return true;
   if (p.dtype == ScalarType::Float) {
-    return p.K <= 96 ? !p.nhwc || p.K > 64 || many_pixels(p) : !p.nhwc && many_pixels(p);
+    const bool many = pixels(p) >= (1 << 17);
+    if (p.K < 64) return !p.nhwc && many;
+    if (cudnn_fp32(p)) return true;
+    return p.K <= 96 ? !p.nhwc || p.K > 64 || many : !p.nhwc && many;
   }
-  return p.C <= 12 && p.W % 2 == 0 && (p.K <= 192 || (p.C >= 7 && p.C <= 9));
+  if (p.C > 12 || p.W % 2 != 0) return false;
+  const bool region = p.K < 64 ? p.C <= 5 : p.K <= 192 || (p.C >= 7 && p.C <= 9);
+  const bool older_rule = p.C <= 8 && (p.K == 64 || p.K == 96);
+  return region && (older_rule || pixels(p) >= (1 << 16));
 }
 
 // Slices of 3 input channels: 1 or 2 channels always (cuDNN's few-channel
