@@ -326,11 +326,22 @@ def _six_decades(t, g):
     return t * 10 ** (6 * torch.rand(t.shape, device="cuda", generator=g) - 3)
 
 
-def _assert_fp32_accurate(out, ref, name=None, bound=1e-5):
-    """rel L2 <= bound and allclose(1e-4) against float64, atol relative to the largest |ref|."""
+def _assert_fp32_accurate(out, ref, name=None, bound=1e-5, atol_floor=0.0):
+    """rel L2 <= bound and allclose(1e-4) against float64, atol relative to the largest |ref|
+    (at least atol_floor)."""
     assert rel_l2(out, ref) <= bound, name
     scale = ref.abs().max().item()
-    torch.testing.assert_close(out.double().cpu(), ref, atol=1e-4 * scale, rtol=1e-4, msg=name)
+    torch.testing.assert_close(out.double().cpu(), ref, atol=max(1e-4 * scale, atol_floor), rtol=1e-4, msg=name)
+
+
+def _sliced_sum_floor(forward):
+    """The absolute error a sliced float32 forward may add below float32's normal range: each
+    later slice's reduction into the output may flush a subnormal operand and its sum to zero
+    (docs/precision.md), up to 2 * 2^-126 a slice."""
+    if not forward.startswith("slice"):
+        return 0.0
+    slices = int(forward.split("+")[0].removeprefix("slice3x"))
+    return 2 * slices * torch.finfo(torch.float32).tiny
 
 
 # The fp32-accurate forward on Hopper scales each tile's inputs and the
@@ -369,7 +380,8 @@ def test_forward_fp32_accuracy_across_value_scales(c, values):
     if wgmma_kernels_run() and c != 3:
         assert forward.startswith("fwd_gmma_chunks_3xfp16"), forward
     x3tf32 = "3xtf32" in forward
-    _assert_fp32_accurate(alexop.conv11s4(x, wt, b), ref, bound=2e-5 if x3tf32 and values == "cancelling" else 1e-5)
+    _assert_fp32_accurate(alexop.conv11s4(x, wt, b), ref, bound=2e-5 if x3tf32 and values == "cancelling" else 1e-5,
+                          atol_floor=_sliced_sum_floor(forward))
 
 
 # The fp32-accurate weight gradient on Hopper (3xFP16) scales the images and
