@@ -3,12 +3,14 @@
 #include "layout.h"
 
 #include <ATen/Context.h>
+#include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -54,12 +56,22 @@ class Timer {
 };
 
 // One call to warm up (cuDNN's algorithm choice, the allocator), then the
-// best of two timed calls.
+// best of two timed calls, each queued behind a GPU spin twice as long as
+// the host took to queue one: a small problem's GPU time is shorter than
+// its launches' host time, and a timing that waited on the host would
+// compare the layouts' host overheads, not their GPU times (perf-history
+// S25: small channels_last inputs were copied to the slower layout).
 float best_time(at::MemoryFormat layout, const std::function<void(at::MemoryFormat)>& run) {
   run(layout);
+  const auto t0 = std::chrono::steady_clock::now();
+  run(layout);
+  const double host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  // cycles: at least 1000 a microsecond on every GPU these kernels run on
+  const int64_t spin_cycles = (int64_t)std::min(2 * host_us, 1e5) * 1000 + 20000;
   Timer timer;
   float best = std::numeric_limits<float>::infinity();
   for (int i = 0; i < 2; ++i) {
+    at::cuda::sleep(spin_cycles);
     timer.start();
     run(layout);
     best = std::min(best, timer.stop());
