@@ -60,7 +60,7 @@ class Timer {
 // the host took to queue one: a small problem's GPU time is shorter than
 // its launches' host time, and a timing that waited on the host would
 // compare the layouts' host overheads, not their GPU times (perf-history
-// S25: small channels_last inputs were copied to the slower layout).
+// S25).
 float best_time(at::MemoryFormat layout, const std::function<void(at::MemoryFormat)>& run) {
   run(layout);
   const auto t0 = std::chrono::steady_clock::now();
