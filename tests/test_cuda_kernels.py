@@ -217,11 +217,12 @@ def test_weight_and_bias_grad_accuracy(shape, dtype, mode, bound, channels_last)
     _check_weight_and_bias_grad(shape, dtype, mode, bound, channels_last, ref_device="cpu")
 
 
-def _check_weight_and_bias_grad(shape, dtype, mode, bound, channels_last, ref_device):
+def _check_weight_and_bias_grad(shape, dtype, mode, bound, channels_last, ref_device, c=3):
     """Both gradients finite (every element written: the allocator is
-    poisoned) and within `bound` of float64 autograd on `ref_device`."""
+    poisoned) and within `bound` of float64 autograd on `ref_device`; returns
+    kernel_for's names."""
     n, k, h, w, p = shape
-    x, wt, b = make_inputs(n, 3, k, h, w, dtype=dtype, device="cuda")
+    x, wt, b = make_inputs(n, c, k, h, w, dtype=dtype, device="cuda")
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
     grad = torch.randn(n, k, (h + 2 * p - 11) // 4 + 1, (w + 2 * p - 11) // 4 + 1, device="cuda").to(dtype)
@@ -231,9 +232,11 @@ def _check_weight_and_bias_grad(shape, dtype, mode, bound, channels_last, ref_de
     _poison_allocator(wt.numel(), dtype)
     with precision(mode):
         got = torch.ops.alexop.conv11s4_backward_weight(grad, x, p, True)
+        names = alexop.kernel_for(x, wt, p)
     for g, r, name in zip(got, want, ("weight", "bias")):
         assert torch.isfinite(g).all(), name
         assert rel_l2(g, r) <= bound, name
+    return names
 
 
 # The 16-bit weight gradient on phase planes (even padding and width, outputs
@@ -248,6 +251,21 @@ def _check_weight_and_bias_grad(shape, dtype, mode, bound, channels_last, ref_de
 def test_weight_grad_planes_accuracy(shape, dtype):
     # batches of 40+ images: the float64 reference on the GPU
     _check_weight_and_bias_grad(shape, dtype, "highest", REL_L2[dtype], False, ref_device="cuda")
+
+
+# The phase-plane kernel built for 1 and 2 channels: grayscale and two-channel inputs as they
+# are (no zero channels), and the last slice of 4 and 5 channels (a slice of 3, then the last
+# 1 or 2); 128 filters in slices of 96 (the last zero-padded to 64).
+@pytest.mark.parametrize("c", [1, 2, 4, 5])
+@pytest.mark.parametrize("shape", [(40, 96, 224, 224, 2), (44, 64, 226, 218, 2), (40, 128, 227, 226, 0)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_weight_grad_planes_fewer_channels(c, shape, dtype, channels_last):
+    names = _check_weight_and_bias_grad(shape, dtype, "highest", REL_L2[dtype], channels_last, "cuda", c)
+    if wgmma_kernels_run():
+        kind = "bf16" if dtype == torch.bfloat16 else "fp16"
+        want = f"wgrad_planes_{kind}_{c}ch_c" if c < 3 else f"slice3x2+{'kslice96x2+' if shape[1] > 96 else ''}wgrad_planes"
+        assert want in names["weight_grad"], names
 
 
 # 16-bit channels_last inputs are transposed to NCHW for the weight gradient

@@ -149,6 +149,19 @@ at::Tensor input_slice(const at::Tensor& x, int64_t g) {
   return slice3(x, g);
 }
 
+// A weight gradient's slice g: as input_slice, but where the phase-plane
+// kernel runs the slices (built for 1 and 2 channels too) a last slice of
+// 1 or 2 channels as it is, not zero-padded to 3: a view where input_slice
+// would take one, else a copy.
+at::Tensor weight_grad_slice(const at::Tensor& x, int64_t g, bool planes) {
+  const int64_t c0 = cuda::kC * g, n = std::min<int64_t>(cuda::kC, x.size(1) - c0);
+  if (!planes || n == cuda::kC) return input_slice(x, g);
+  const auto view = x.narrow(1, c0, n);
+  const bool as_view = x.is_contiguous() && x.stride(0) <= INT32_MAX &&
+      cuda::alignment(view.const_data_ptr()) >= kFresh.align;
+  return as_view ? view : view.contiguous();
+}
+
 // What the slices of several are cut from: the input, or one NCHW copy of
 // a channels_last input (relayout.h), since each slice's own strided copy
 // would read the whole input again.
@@ -381,8 +394,11 @@ at::Tensor weight_grad_filters(
     auto gw = at::empty({width, x.size(1), kKernelSize, kKernelSize}, x.options());
     auto gb = grad_bias == nullptr || !sliced ? at::Tensor()
                                               : at::empty({width}, x.options());
+    const auto choice = wg::select(p);
+    // x is the whole input or one slice as the kernels take it: never sliced again
+    TORCH_INTERNAL_ASSERT(choice.slices == 0, "weight gradient: a slice chose ", wg::name(choice));
     wg::launch(
-        wg::select(p), p,
+        choice, p,
         {dy, x, gw, grad_bias == nullptr ? nullptr : sliced ? &gb : grad_bias});
     if (grad_bias != nullptr && sliced) {
       grad_bias->narrow(0, k0, kk).copy_(gb.narrow(0, 0, kk));
@@ -418,14 +434,16 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
   }
   const auto gy = cuda::relayout(grad_output, at::MemoryFormat::Contiguous);
   auto grad_bias = at::empty({bias_grad ? K : 0}, input.options());
-  // each slice's weight gradient for 3 channels (the bias's with the
-  // first), then joined and cut to C
+  // each slice's weight gradient for 3 channels (the last's for its own 1
+  // or 2 on the phase-plane kernel; the bias's with the first), then joined
+  // and cut to C
   const auto dys = filter_slices(gy, choice.filter_slices > 0);
   const auto source = slices_source(input, choice.slices);
+  const bool planes = choice.kernel == cuda::weight_grad::Kernel::kPlanes;
   std::vector<at::Tensor> grad_weights;
   for (int g = 0; g < std::max(choice.slices, 1); ++g) {
     const auto x = choice.slices > 0
-        ? input_slice(source, g)
+        ? weight_grad_slice(source, g, planes)
         : cuda::weight_grad::prepare_input(input, prep);
     grad_weights.push_back(weight_grad_filters(
         dys, x, K, padding, choice.transposed,

@@ -150,7 +150,8 @@ __device__ __forceinline__ void gmma_ss(float* d, uint64_t desc_a, uint64_t desc
 // wgmma with both operands in shared memory, A K-major and B MN-major (the
 // transpose flag for B: 8 consecutive n values form a 16-byte core-matrix
 // row), D = A * B where scale_d is 0, else D += A * B; 16-bit operands (T =
-// __half or __nv_bfloat16), N = 8 or 144 (the planes' weight gradient). The
+// __half or __nv_bfloat16), N = 8 or 48 CH (the planes' weight gradient of CH
+// = 1 to 3 input channels). The
 // descriptors come as their low words (start address and LBO, see
 // gmma_desc) and compile-time high words (SBO), so that a kernel whose
 // registers are nearly all accumulators keeps one 32-bit register per
@@ -161,6 +162,14 @@ __device__ __forceinline__ void gmma_ss(float* d, uint64_t desc_a, uint64_t desc
   "{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %" IS ", 0;\ncvt.u64.u32 da, %" IA   \
   ";\nor.b64 da, da, %" HA ";\ncvt.u64.u32 db, %" IB ";\nor.b64 db, db, %" HB                \
   ";\nwgmma.mma_async.sync.aligned." MN "k16.f32." TY "." TY " " REGS ", da, db, p, 1, 1, 0, 1;\n}\n"
+#define ALEXOP_R48 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, " \
+  "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}"
+#define ALEXOP_R96 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, " \
+  "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}"
 #define ALEXOP_R144 \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, " \
   "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
@@ -173,30 +182,43 @@ __device__ __forceinline__ void gmma_ss(float* d, uint64_t desc_a, uint64_t desc
 template <typename T, int N, uint32_t kSboA, uint32_t kSboB>
 __device__ __forceinline__ void gmma_ss_tb(float* d, uint32_t desc_a, uint32_t desc_b, int scale_d) {
   static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "fp16 or bf16 operands");
-  static_assert(N == 8 || N == 144, "m64n8 or m64n144");
+  static_assert(N == 8 || N == 48 || N == 96 || N == 144, "m64n8, m64n48, m64n96 or m64n144");
   constexpr uint64_t kHa = (uint64_t)((kSboA >> 4) & 0x3FFF) << 32, kHb = (uint64_t)((kSboB >> 4) & 0x3FFF) << 32;
 #define ALEXOP_N8(TY)                                                                              \
   asm volatile(ALEXOP_TB("m64n8", TY, "{%0, %1, %2, %3}", "4", "5", "6", "7", "8")                 \
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                    \
                : "r"(desc_a), "r"(desc_b), "n"(kHa), "n"(kHb), "r"(scale_d))
+#define ALEXOP_N48(TY)                                                                             \
+  asm volatile(ALEXOP_TB("m64n48", TY, ALEXOP_R48, "24", "25", "26", "27", "28")                   \
+               : ALEXOP_ACC24                                                                      \
+               : "r"(desc_a), "r"(desc_b), "n"(kHa), "n"(kHb), "r"(scale_d))
+#define ALEXOP_N96(TY)                                                                             \
+  asm volatile(ALEXOP_TB("m64n96", TY, ALEXOP_R96, "48", "49", "50", "51", "52")                   \
+               : ALEXOP_ACC48                                                                      \
+               : "r"(desc_a), "r"(desc_b), "n"(kHa), "n"(kHb), "r"(scale_d))
 #define ALEXOP_N144(TY)                                                                            \
   asm volatile(ALEXOP_TB("m64n144", TY, ALEXOP_R144, "72", "73", "74", "75", "76")                 \
                : ALEXOP_A144                                                                       \
                : "r"(desc_a), "r"(desc_b), "n"(kHa), "n"(kHb), "r"(scale_d))
-  if constexpr (N == 8 && std::is_same_v<T, __half>) {
-    ALEXOP_N8("f16");
-  } else if constexpr (N == 8) {
-    ALEXOP_N8("bf16");
-  } else if constexpr (std::is_same_v<T, __half>) {
-    ALEXOP_N144("f16");
+  constexpr bool kHalf = std::is_same_v<T, __half>;
+  if constexpr (N == 8) {
+    if constexpr (kHalf) ALEXOP_N8("f16"); else ALEXOP_N8("bf16");
+  } else if constexpr (N == 48) {
+    if constexpr (kHalf) ALEXOP_N48("f16"); else ALEXOP_N48("bf16");
+  } else if constexpr (N == 96) {
+    if constexpr (kHalf) ALEXOP_N96("f16"); else ALEXOP_N96("bf16");
   } else {
-    ALEXOP_N144("bf16");
+    if constexpr (kHalf) ALEXOP_N144("f16"); else ALEXOP_N144("bf16");
   }
 #undef ALEXOP_N144
+#undef ALEXOP_N96
+#undef ALEXOP_N48
 #undef ALEXOP_N8
 }
 #undef ALEXOP_A144
 #undef ALEXOP_R144
+#undef ALEXOP_R96
+#undef ALEXOP_R48
 #undef ALEXOP_TB
 #undef ALEXOP_ACC64
 #undef ALEXOP_ACC48

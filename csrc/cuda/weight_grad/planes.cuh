@@ -1,7 +1,7 @@
 #pragma once
 // The 16-bit weight gradient on wgmma with both operands in shared memory
-// (sm_90a; bf16 / fp16, NCHW input of even padding and width, outputs 48 to
-// 55 pixels wide, K <= 96).
+// (sm_90a; bf16 / fp16, NCHW input of 1 to 3 channels (CH, a kernel each),
+// even padding and width, outputs 48 to 55 pixels wide, K <= 96).
 //
 // Why a kernel of its own: the wgmma weight gradient (gmma.cuh) gathers its
 // A operand (taps x pixels) in registers, ~100 instructions a row per warp,
@@ -9,15 +9,16 @@
 // windows straight from the forward's 16-bit phase planes by descriptor.
 //
 // GEMM: D[channel][tap] = sum over pixels dy[channel][pixel] * x(tap, pixel).
-//  - B (K = pixels x N = taps) from the planes, MN-major: plane j = 3b + c
+//  - B (K = pixels x N = taps) from the planes, MN-major: plane j = CH b + c
 //    holds the padded rows 4i + 2b and 4i + 2b + 1 of channel c, its 16-byte
 //    unit u the 4 columns 4u .. 4u + 3 of the first row, then of the second:
 //    8 taps (r = 4R + 2b + 0/1, s = 4 s4 + 0..3) of output pixel q = u - s4
 //    of output row i - R, and the next pixel's 8 taps 16 bytes on. The
-//    planes are stored by super-row (row i of all six planes, then row
-//    i + 1), so for one s4 the 18 units (R, j) of a pixel lie 912 bytes
-//    apart: one m64n144k16 covers 144 taps, three cover all (r, s) < 12
-//    (r or s = 11: computed, dropped). A k16 step is two blocks of 8
+//    planes are stored by super-row (row i of all 2 CH planes, then row
+//    i + 1), so for one s4 the 6 CH units (R, j) of a pixel lie 912 bytes
+//    apart: one m64nNk16 (N = 48 CH) covers N taps, three cover all (r, s)
+//    < 12 (r or s = 11: computed, dropped). Fewer channels take narrower
+//    products, not zero channels: 1 channel a third of 3's. A k16 step is two blocks of 8
 //    pixels of an output row (q = 0..7, .., 48..55; q >= Q dropped), LBO =
 //    the distance between the blocks.
 //  - A (M = channels x K = pixels) is dy, K-major: each tile's dy rows are
@@ -26,7 +27,7 @@
 //  - The bias gradient: one more m64n8k16 per step, B all ones.
 // Tiles: 4 output rows (224 pixels, 14 k16 steps) of one image; a persistent
 // CTA of two warpgroups accumulates its tiles in registers (m64 x 440 fp32
-// a warpgroup, 254-255 registers a thread), writes its partial in register
+// a warpgroup at 3 channels, 254-255 registers a thread), writes its partial in register
 // order and reduce_planes_kernel sums the partials in CTA order
 // (deterministic). K <= 64: both warpgroups share the m64 tile, one taking
 // the first two rows of each tile, the other the last two, and their sums
@@ -63,24 +64,31 @@
 
 namespace alexop::cuda::weight_grad::planes {
 
-constexpr int kRegs = 3 * 72 + 4;       // accumulators a thread: 3 x m64n144 and the bias's m64n8
 constexpr int kQf = 57;                  // units per plane row
 constexpr int kRowB = kQf * 16;          // bytes per plane row
-constexpr int kPl = 2 * kC;              // planes (b, c)
-constexpr int kSupB = kPl * kRowB;       // a super-row: one row of every plane
 constexpr int kTR = 4;                   // output rows per tile
 constexpr int kSR = kTR + 2;             // super-rows a tile reads
-constexpr int kPlanesB = kSR * kSupB;    // one tile's planes
-constexpr int kPlaneBuf = kPlanesB + 16;  // + the unit read past them (q = 55 at s4 = 2)
 constexpr int kBlk = 7;                  // 8-pixel blocks per output row
 constexpr int kSteps = kTR * kBlk / 2;   // k16 steps per tile
 constexpr int kRawChunks = 29;           // 16-byte chunks of a channel's run: 4 x 55 values + up to 7 before
 constexpr int kRawCh = 33 * 16;          // a channel's raw slot: a chunk per lane, 16 bytes mod 128 (8 channels' reads hit distinct banks)
 constexpr int kThreads = 256;            // two warpgroups
 
-// Byte offset of 8-pixel block bi of a tile (output row bi / 7, q = 8 (bi % 7)
-// ..) in its planes: a pixel's units are 16 bytes apart, a row's a super-row.
-__host__ __device__ constexpr int block_off(int bi) { return bi / kBlk * kSupB + bi % kBlk * 128; }
+// The geometry that follows the input channels CH (1 to 3).
+template <int CH>
+struct Geo {
+  static constexpr int kN = 48 * CH;              // taps of a column block s4: the products' N
+  static constexpr int kAcc = kN / 2;             // accumulators a thread of one m64nN
+  static constexpr int kRegs = 3 * kAcc + 4;      // accumulators a thread: 3 x m64nN and the bias's m64n8
+  static constexpr int kPl = 2 * CH;              // planes (b, c)
+  static constexpr int kSupB = kPl * kRowB;       // a super-row: one row of every plane
+  static constexpr int kPlanesB = kSR * kSupB;    // one tile's planes
+  static constexpr int kPlaneBuf = kPlanesB + 16;  // + the unit read past them (q = 55 at s4 = 2)
+  // Byte offset of 8-pixel block bi of a tile (output row bi / 7, q = 8 (bi
+  // % 7) ..) in its planes: a pixel's units are 16 bytes apart, a row's a
+  // super-row.
+  static constexpr int block_off(int bi) { return bi / kBlk * kSupB + bi % kBlk * 128; }
+};
 
 // Shared memory: the planes of two tiles (each + 16 zero bytes: unit 57 of
 // the last plane row, read for the dropped pixel q = 55 at s4 = 2, whose dy
@@ -88,12 +96,12 @@ __host__ __device__ constexpr int block_off(int bi) { return bi / kBlk * kSupB +
 // NT8 blocks of 8 channels x two 128-byte halves; + 1 KB read by the second
 // m64 tile's rows past 96 at the last step), the raw dy runs, 256 bytes of
 // ones.
-template <int NT8>
+template <int NT8, int CH>
 struct Smem {
   static constexpr int kStepB = NT8 * 256;
   static constexpr int kStageB = kSteps * kStepB;
   static constexpr int kPlanes = 0;
-  static constexpr int kStage = 2 * kPlaneBuf;
+  static constexpr int kStage = 2 * Geo<CH>::kPlaneBuf;
   static constexpr int kRaw = kStage + 2 * kStageB + 1024;
   static constexpr int kOnes = kRaw + NT8 * 8 * kRawCh;
   static constexpr int kBytes = kOnes + 256;
@@ -103,7 +111,7 @@ template <typename T>
 struct Params {
   const T* x;
   const T* dy;
-  float* ws;    // [gridDim.x][kRegs][kThreads]: the CTAs' partials in register order
+  float* ws;    // [gridDim.x][Geo::kRegs][kThreads]: the CTAs' partials in register order
   int64_t sN;   // input image stride
   int H, W, K, P, Q, PQ, pad;
   int tiles_per_img, total_tiles;
@@ -121,9 +129,10 @@ struct Params {
 // predicated off): a branch between wgmmas makes ptxas serialize them. Each
 // part recomputes the tile's geometry rather than hold it in registers
 // (nearly all are accumulators).
-template <typename T, int NT8>
+template <typename T, int NT8, int CH>
 struct TileLoader {
-  using S = Smem<NT8>;
+  using S = Smem<NT8, CH>;
+  using G = Geo<CH>;
   const Params<T>& p;
   unsigned char* smem;
   uint32_t s0;
@@ -156,18 +165,18 @@ struct TileLoader {
       const T* src = p.dy + (ch < p.K ? g.e0 + (int64_t)ch * p.PQ - sh : 0);  // 16-byte aligned
       cp_async16n(s0 + S::kRaw + ch * kRawCh + 16 * lane, src + (nb > 0 ? 8 * lane : 0), nb);
     }
-    // plane rows pr (super-row pr / 6, plane j = pr % 6 = 3b + c): thread
+    // plane rows pr (super-row pr / 2 CH, plane j = pr % 2 CH = CH b + c): thread
     // t < 228 copies piece t (unit t / 4; row 2b + (t & 3) / 2, columns
     // 2 (t & 1) + 0, 1)
     const T* img = p.x + g.n * p.sN;
     const bool tin = tid < kQf * 4;
     const int x = 4 * (tid >> 2) + 2 * (tid & 1) - p.pad, y0 = 4 * g.p0 + ((tid >> 1) & 1) - p.pad;
     const bool xok = tin && (unsigned)x < (unsigned)p.W;
-    const uint32_t dst = s0 + S::kPlanes + buf * kPlaneBuf + 4 * tid;
+    const uint32_t dst = s0 + S::kPlanes + buf * G::kPlaneBuf + 4 * tid;
     const int hw = p.H * p.W;
 #pragma unroll
-    for (int pr = kPart * kSR * kPl / kParts; pr < (kPart + 1) * kSR * kPl / kParts; ++pr) {
-      const int i = pr / kPl, b = pr % kPl / kC, c = pr % kC;
+    for (int pr = kPart * kSR * G::kPl / kParts; pr < (kPart + 1) * kSR * G::kPl / kParts; ++pr) {
+      const int i = pr / G::kPl, b = pr % G::kPl / CH, c = pr % CH;
       const int y = y0 + 4 * i + 2 * b;
       const bool ok = xok && (unsigned)y < (unsigned)p.H;
       cp_async4n_if(dst + pr * kRowB, img + (ok ? c * hw + y * p.W + x : 0), ok ? 4 : 0, tin);
@@ -215,16 +224,17 @@ struct TileLoader {
 };
 
 // Warpgroup wg multiplies m64 tile wg (NT8 > 8) or, for NT8 = 8, the k16
-// steps of output rows 2 wg, 2 wg + 1 of each tile; acc[s4] holds the 144
+// steps of output rows 2 wg, 2 wg + 1 of each tile; acc[s4] holds the 48 CH
 // taps (R, j, r, s) of column block s4 in wgmma's accumulator layout, accb
 // the bias (all 8 columns alike). Each k16 step is a commit group; once the
 // first step of a tile is issued, the previous tile's groups are waited for
 // (its buffer is free), and the next tile's loads go between the steps
 // (past the last tile the last one is loaded again, so that the sequence
 // has no branch).
-template <typename T, int NT8>
+template <typename T, int NT8, int CH>
 __device__ __forceinline__ void wgrad_tiles(const Params<T>& p, unsigned char* smem, int tid) {
-  using S = Smem<NT8>;
+  using S = Smem<NT8, CH>;
+  using G = Geo<CH>;
   const uint32_t s0 = smem_u32(smem);
   constexpr int kM = NT8 > 8 ? 2 : 1;
   constexpr int kMySteps = kSteps * kM / 2;
@@ -233,12 +243,12 @@ __device__ __forceinline__ void wgrad_tiles(const Params<T>& p, unsigned char* s
   // that follow
   constexpr int kCopyParts = kMySteps == 14 ? 4 : 2, kWait = kMySteps == 14 ? 8 : 4;
   const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-  const TileLoader<T, NT8> ld{p, smem, s0, tid};
+  const TileLoader<T, NT8, CH> ld{p, smem, s0, tid};
   // this warpgroup's m offset (A) and first step's rows (B)
   const uint32_t a_off = kM == 2 ? wg * 2048 : wg * kMySteps * S::kStepB;
-  const uint32_t b_off = kM == 2 ? 0 : wg * 2 * kSupB;
+  const uint32_t b_off = kM == 2 ? 0 : wg * 2 * G::kSupB;
   const uint32_t d_ones = (uint32_t)gmma_desc(s0 + S::kOnes, 128, 0);
-  float acc[3][72], accb[4];  // set by the CTA's first step (scale-d 0)
+  float acc[3][G::kAcc], accb[4];  // set by the CTA's first step (scale-d 0)
   if (blockIdx.x < p.total_tiles) ld.all(blockIdx.x, 0);
   int it = 0;
   for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x, ++it) {
@@ -246,15 +256,15 @@ __device__ __forceinline__ void wgrad_tiles(const Params<T>& p, unsigned char* s
     gmma_fence();
     // descriptors' low words: start address, LBO (A 128; B per step)
     const uint32_t da = (uint32_t)gmma_desc(s0 + S::kStage + buf * S::kStageB + a_off, 128, 0);
-    const uint32_t db = (uint32_t)gmma_desc(s0 + S::kPlanes + buf * kPlaneBuf + b_off, 0, 0);
+    const uint32_t db = (uint32_t)gmma_desc(s0 + S::kPlanes + buf * G::kPlaneBuf + b_off, 0, 0);
     static_for<kMySteps>([&](auto sc) {
       constexpr int s = decltype(sc)::value;
-      constexpr int b0 = block_off(2 * s), lbo = block_off(2 * s + 1) - b0;
+      constexpr int b0 = G::block_off(2 * s), lbo = G::block_off(2 * s + 1) - b0;
       const uint32_t a = da + (s * S::kStepB >> 4), b = db + (b0 >> 4) + ((lbo >> 4) << 16);
       const int keep = s > 0 || it > 0;
-      gmma_ss_tb<T, 144, 256, kRowB>(acc[0], a, b, keep);
-      gmma_ss_tb<T, 144, 256, kRowB>(acc[1], a, b + 1, keep);
-      gmma_ss_tb<T, 144, 256, kRowB>(acc[2], a, b + 2, keep);
+      gmma_ss_tb<T, G::kN, 256, kRowB>(acc[0], a, b, keep);
+      gmma_ss_tb<T, G::kN, 256, kRowB>(acc[1], a, b + 1, keep);
+      gmma_ss_tb<T, G::kN, 256, kRowB>(acc[2], a, b + 2, keep);
       gmma_ss_tb<T, 8, 256, 256>(accb, a, d_ones, keep);
       gmma_commit();
       if constexpr (s == 0) gmma_wait<1>();  // the previous tile's steps have completed
@@ -273,13 +283,13 @@ __device__ __forceinline__ void wgrad_tiles(const Params<T>& p, unsigned char* s
   // The CTA's partial in register order, [register][thread]: coalesced
   // stores (in the weight's order they were scattered, ~8 times the bytes);
   // reduce_planes_kernel maps them back.
-  float* wsl = p.ws + (int64_t)blockIdx.x * kRegs * kThreads + tid;
+  float* wsl = p.ws + (int64_t)blockIdx.x * G::kRegs * kThreads + tid;
 #pragma unroll
   for (int s4 = 0; s4 < 3; ++s4)
 #pragma unroll
-    for (int e = 0; e < 72; ++e) wsl[(72 * s4 + e) * kThreads] = acc[s4][e];
+    for (int e = 0; e < G::kAcc; ++e) wsl[(G::kAcc * s4 + e) * kThreads] = acc[s4][e];
 #pragma unroll
-  for (int e = 0; e < 4; ++e) wsl[(216 + e) * kThreads] = accb[e];
+  for (int e = 0; e < 4; ++e) wsl[(3 * G::kAcc + e) * kThreads] = accb[e];
 }
 
 #endif
@@ -288,19 +298,20 @@ __device__ __forceinline__ void wgrad_tiles(const Params<T>& p, unsigned char* s
 // each sum to its weight (or bias) element. A block takes 32 consecutive
 // threads' values of one register; its warp g the CTAs g, g + 8, .. (kM =
 // 1: warpgroups 0 and 1 hold sums for the same elements, added in that
-// order), then warp 0 adds the 8 warps' sums in order. Register 72 s4 + 4 nb
-// + 2 h + e of thread (wg, warp, lane) is acc[s4] row m = 64 wg + 16 warp +
-// lane / 4 + 8 h, column 8 nb + 2 (lane & 3) + e: tap r = 4 R + 2 b + er,
-// s = 4 s4 + ec + e (nb = 6 R + 3 b + c, er = (lane & 3) / 2, ec = 2
-// (lane & 3 & 1)); registers 216 + 2 h + e are the bias sums, the same in
-// every column. A NaN sum is recomputed exactly from the operands o (the
+// order), then warp 0 adds the 8 warps' sums in order. Register A s4 + 4 nb
+// + 2 h + e (A = 24 CH) of thread (wg, warp, lane) is acc[s4] row m = 64 wg
+// + 16 warp + lane / 4 + 8 h, column 8 nb + 2 (lane & 3) + e: tap r = 4 R +
+// 2 b + er, s = 4 s4 + ec + e (nb = 2 CH R + CH b + c, er = (lane & 3) / 2,
+// ec = 2 (lane & 3 & 1)); registers 3 A + 2 h + e are the bias sums, the
+// same in every column. A NaN sum is recomputed exactly from the operands o (the
 // bounds keep the sums' registers: the recomputation's call, which would
 // take more, spills).
 constexpr int kReduceWarps = 8;
-template <typename T, int kM>
+template <typename T, int kM, int CH>
 __global__ void __launch_bounds__(32 * kReduceWarps, 8) reduce_planes_kernel(const float* __restrict__ ws, int S, int K,
                                                                        T* __restrict__ gw, T* __restrict__ gb,
                                                                        const exact::WgradOperands o) {
+  using G = Geo<CH>;
   __shared__ float part[kReduceWarps][32];
   pdl_wait();  // for wgrad_planes_kernel's partials
   constexpr int kPos = 128 * kM;  // threads holding distinct elements
@@ -310,7 +321,7 @@ __global__ void __launch_bounds__(32 * kReduceWarps, 8) reduce_planes_kernel(con
   float sum = 0.f;
 #pragma unroll 4
   for (int c = g; c < S; c += kReduceWarps) {
-    const float* w = src + (int64_t)c * kRegs * kThreads;
+    const float* w = src + (int64_t)c * G::kRegs * kThreads;
     sum += w[0];
     if constexpr (kM == 1) sum += w[128];
   }
@@ -320,22 +331,23 @@ __global__ void __launch_bounds__(32 * kReduceWarps, 8) reduce_planes_kernel(con
   for (int i = 1; i < kReduceWarps; ++i) sum += part[i][l];
   const int warp = (tid >> 5) & 3, lane = tid & 31, t4 = lane & 3;
   const int m = (kM == 2 ? 64 * (tid >> 7) : 0) + 16 * warp + (lane >> 2);
-  if (reg >= 216) {
-    const int h = (reg - 216) >> 1, e = (reg - 216) & 1, ch = m + 8 * h;
+  if (reg >= 3 * G::kAcc) {
+    const int h = (reg - 3 * G::kAcc) >> 1, e = (reg - 3 * G::kAcc) & 1, ch = m + 8 * h;
     if (gb != nullptr && t4 == 0 && e == 0 && ch < K) exact::store_wgrad(sum, o, ch, kKred, gb + ch);
     return;
   }
-  const int s4 = reg / 72, rr = reg % 72, nb = rr >> 2, h = (rr >> 1) & 1, e = rr & 1;
-  const int R = nb / kPl, b = nb % kPl / kC, c = nb % kC;
+  const int s4 = reg / G::kAcc, rr = reg % G::kAcc, nb = rr >> 2, h = (rr >> 1) & 1, e = rr & 1;
+  const int R = nb / G::kPl, b = nb % G::kPl / CH, c = nb % CH;
   const int r = 4 * R + 2 * b + (t4 >> 1), sc = 4 * s4 + 2 * (t4 & 1) + e, ch = m + 8 * h;
   const int tap = (c * kR + r) * kR + sc;
-  if (r < kR && sc < kR && ch < K) exact::store_wgrad(sum, o, ch, tap, gw + (int64_t)ch * kKred + tap);
+  if (r < kR && sc < kR && ch < K) exact::store_wgrad(sum, o, ch, tap, gw + (int64_t)ch * (CH * kR * kR) + tap);
 }
 
-template <typename T, int NT8>
+template <typename T, int NT8, int CH>
 __global__ void __launch_bounds__(kThreads, 1) wgrad_planes_kernel(const Params<T> p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = Smem<NT8>;
+  using S = Smem<NT8, CH>;
+  using G = Geo<CH>;
   extern __shared__ __align__(128) unsigned char smem[];
   // the reduction's blocks can only start on SMs that this grid has left;
   // launched now, they wait there (pdl_wait) instead of behind a launch
@@ -345,18 +357,19 @@ __global__ void __launch_bounds__(kThreads, 1) wgrad_planes_kernel(const Params<
     const uint16_t one = std::is_same_v<T, __half> ? 0x3C00 : 0x3F80;
     reinterpret_cast<uint16_t*>(smem + S::kOnes)[tid] = one;
   }
-  if (tid < 8) reinterpret_cast<uint32_t*>(smem + S::kPlanes + kPlanesB + kPlaneBuf * (tid >> 2))[tid & 3] = 0;
+  if (tid < 8) reinterpret_cast<uint32_t*>(smem + S::kPlanes + G::kPlanesB + G::kPlaneBuf * (tid >> 2))[tid & 3] = 0;
   fence_proxy_async();  // for the tensor cores (the first load's barriers follow)
-  wgrad_tiles<T, NT8>(p, smem, tid);
+  wgrad_tiles<T, NT8, CH>(p, smem, tid);
 #endif
 }
 
 // Tiles of 4 output rows of an image; a persistent CTA an SM.
 inline int64_t tiles(const Problem& pr) { return pr.N * ((pr.P + kTR - 1) / kTR); }
 
-template <typename T, int NT8>
+template <typename T, int NT8, int CH>
 void launch(const Problem& pr, const Args& a) {
-  using S = Smem<NT8>;
+  using S = Smem<NT8, CH>;
+  constexpr int kRegs = Geo<CH>::kRegs;
   const at::Tensor &go = a.grad_output, &in = a.input;
   Params<T> p{};
   set_sizes(p, pr);
@@ -369,11 +382,11 @@ void launch(const Problem& pr, const Args& a) {
   p.dy = static_cast<const T*>(go.data_ptr());
   p.ws = static_cast<float*>(ws.data_ptr());
   auto stream = c10::cuda::getCurrentCUDAStream();
-  allow_max_dynamic_smem(wgrad_planes_kernel<T, NT8>);
-  wgrad_planes_kernel<T, NT8><<<grid, kThreads, S::kBytes, stream>>>(p);
+  allow_max_dynamic_smem(wgrad_planes_kernel<T, NT8, CH>);
+  wgrad_planes_kernel<T, NT8, CH><<<grid, kThreads, S::kBytes, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   constexpr int kM = NT8 > 8 ? 2 : 1;
-  launch_dependent(reduce_planes_kernel<T, kM>, kRegs * 4 * kM, 32 * kReduceWarps, 0, stream, (const float*)p.ws, grid,
+  launch_dependent(reduce_planes_kernel<T, kM, CH>, kRegs * 4 * kM, 32 * kReduceWarps, 0, stream, (const float*)p.ws, grid,
                    p.K, static_cast<T*>(a.grad_weight.data_ptr()),
                    a.grad_bias != nullptr ? static_cast<T*>(a.grad_bias->data_ptr()) : nullptr,
                    exact::wgrad_operands(go, in, p.pad));

@@ -1,19 +1,21 @@
 // The weight gradient's kernel choice. Decision tree, first match wins:
 //
 //  1. float64                               -> generic  [the reference; no tensor-core kernel]
-//  2. other than 3 channels                 -> slices of 3 (input_slices_pay) + the rest for 3, else cudnn
-//  3. K other than 64 or 96                 -> slices of 96 filters (filter_slices_pay) + the rest for 96 (or 64), else cudnn
-//  4. !tc_shape                             -> cudnn    [outside the kernels' limits]
-//  5. small_images                          -> cudnn    [too few output pixels to fill the split-K slices]
-//  6. 16-bit input still channels_last      -> cudnn    [no 16-bit kernel reads channels_last rows well]
+//  2. K other than 64 or 96                 -> slices of 96 filters (filter_slices_pay) + the rest for 96 (or 64), else cudnn
+//  3. 1 or 2 channels, planes_take          -> planes built for 1 | 2 channels [no zero channels copied in nor multiplied]
+//  4. other than 3 channels                 -> slices of 3 (input_slices_pay) + the rest for 3, else cudnn
+//     (on planes the last slice takes its own 1 or 2 channels, not zero-padded to 3)
+//  5. !tc_shape                             -> cudnn    [outside the kernels' limits]
+//  6. small_images                          -> cudnn    [too few output pixels to fill the split-K slices]
+//  7. 16-bit input still channels_last      -> cudnn    [no 16-bit kernel reads channels_last rows well]
 // float32 (3xFP16 / 3xTF32 for "highest"; "high" and "medium" take TF32):
-//  7. wgmma, grad_output 16-byte aligned    -> gmma 3xFP16 | TF32  [dy staged by 16-byte copies]
-//  8.                                       -> mma.sync 3xTF32 | TF32
+//  8. wgmma, grad_output 16-byte aligned    -> gmma 3xFP16 | TF32  [dy staged by 16-byte copies]
+//  9.                                       -> mma.sync 3xTF32 | TF32
 // bf16 / fp16:
-//  9. wgmma, planes_shape, planes_aligned, planes_fit -> planes  [A and B by descriptor, no gather]
-// 10. wgmma, grad_output 16-byte aligned, pairs_ok    -> gmma 16-bit
-// 11. pairs_ok, grad_output 4-byte aligned  -> mma.sync, 4-byte pair copies
-// 12.                                       -> mma.sync, register-staged, any strides
+// 10. planes_take                           -> planes  [A and B by descriptor, no gather]
+// 11. wgmma, grad_output 16-byte aligned, pairs_ok    -> gmma 16-bit
+// 12. pairs_ok, grad_output 4-byte aligned  -> mma.sync, 4-byte pair copies
+// 13.                                       -> mma.sync, register-staged, any strides
 // The wgmma kernel copies input rows by 16 bytes (vec) where vec_ok, else by
 // 4 (one fp32 element or a 16-bit pair).
 
@@ -29,16 +31,18 @@ namespace {
 
 using c10::ScalarType;
 
-// The kernels' limits: 3 channels, 64 or 96 filters, a non-empty batch,
-// offsets inside an image and a dy plane in 32 bits, a measured architecture
-// (common/device.h), fp32 / 16-bit.
-bool tc_shape(const Problem& p) {
-  return p.C == kC && (p.K == 64 || p.K == 96) &&
+// The kernels' limits: 3 channels (tc_shape; the phase-plane kernel 1 to
+// 3), 64 or 96 filters, a non-empty batch, offsets inside an image and a dy
+// plane in 32 bits, a measured architecture (common/device.h), fp32 /
+// 16-bit.
+bool tc_limits(const Problem& p) {
+  return (p.K == 64 || p.K == 96) &&
          (p.dtype == ScalarType::Float || p.dtype == ScalarType::BFloat16 || p.dtype == ScalarType::Half) &&
          p.N >= 1 && p.P >= 1 && p.Q >= 1 && p.pad >= 0 && p.pad <= (1 << 20) && p.input_stride0 <= INT32_MAX &&
          p.H * p.W * kC <= INT32_MAX &&
          p.P * p.Q <= INT32_MAX && tensor_core_kernels(p.dev);
 }
+bool tc_shape(const Problem& p) { return p.C == kC && tc_limits(p); }
 
 // A float32 problem of at most 256 output pixels an image leaves the
 // kernels' split-K slices short: cuDNN is as fast or faster there.
@@ -51,6 +55,13 @@ bool planes_shape(const Problem& p) { return p.K <= 96 && p.Q >= 48 && p.Q <= 55
 // from their 16-byte boundaries, which stay inside an aligned allocation.
 bool planes_aligned(const Problem& p) {
   return p.pad % 2 == 0 && p.W % 2 == 0 && !p.nhwc && p.input_align >= 4 && p.grad_output_align >= 16;
+}
+
+// The phase-plane kernel, 16-bit: built for 1, 2 and 3 channels, so 1 or 2
+// take it as they are, not zero-padded to 3.
+bool planes_take(const Problem& p) {
+  return p.dtype != ScalarType::Float && p.dev.sm90a && tc_limits(p) && planes_shape(p) && planes_aligned(p) &&
+         planes_fit(p, p.K <= 64 ? 8 : 12);
 }
 
 // 16-bit input rows copied as 4-byte pairs: NCHW, even width, aligned.
@@ -115,6 +126,7 @@ Choice make(Kernel k, const Problem& p, MathMode mode) {
   c.dtype = p.dtype;
   c.mode = mode;
   c.channels = (int)p.K;
+  c.input_channels = (int)p.C;
   c.vec = k == Kernel::kGmma && vec_ok(p);
   c.transposed = p.transposed;
   return c;
@@ -127,8 +139,7 @@ Choice select_fp32(const Problem& p) {
 }
 
 Choice select_16(const Problem& p) {
-  if (p.dev.sm90a && planes_shape(p) && planes_aligned(p) && planes_fit(p, p.K <= 64 ? 8 : 12))
-    return make(Kernel::kPlanes, p, k16);
+  if (planes_take(p)) return make(Kernel::kPlanes, p, k16);
   if (p.dev.sm90a && p.grad_output_align >= 16 && pairs_ok(p)) return make(Kernel::kGmma, p, k16);
   if (pairs_ok(p) && p.grad_output_align >= 4) return make(Kernel::kMmaSyncPairs, p, k16);
   return make(Kernel::kMmaSyncStrided, p, k16);
@@ -147,22 +158,26 @@ Choice select(const Problem& p) {
   if (p.dtype == ScalarType::Double) return c;
   c.kernel = Kernel::kCudnn;
   Problem q = p;
-  if (p.C != kC) {
-    if (!input_slices_pay(p)) return c;
-    q.C = kC;  // each slice an NCHW view or copy (the last with zero channels added)
-    q.nhwc = false;
-    q.transposed = false;
-    q.input_stride0 = kC * p.H * p.W;  // a view's is larger, taken only where it fits too
-    q.input_align = 16;
-  }
   if (p.K != 64 && p.K != 96) {
     if (!filter_slices_pay(p)) return c;
     q.K = filter_width(std::min(p.K, kFilterSlice));
     q.grad_output_align = 16;  // each slice a fresh copy
   }
-  if (!tc_shape(q) || small_images(q) || (q.dtype != ScalarType::Float && q.nhwc)) return c;
-  c = q.dtype == ScalarType::Float ? select_fp32(q) : select_16(q);
-  if (p.C != kC) c.slices = input_slices(p.C);
+  if (p.C < kC && planes_take(q)) {
+    c = make(Kernel::kPlanes, q, k16);
+  } else {
+    if (p.C != kC) {
+      if (!input_slices_pay(p)) return c;
+      q.C = kC;  // each slice an NCHW view or copy (the last with zero channels added)
+      q.nhwc = false;
+      q.transposed = false;
+      q.input_stride0 = kC * p.H * p.W;  // a view's is larger, taken only where it fits too
+      q.input_align = 16;
+    }
+    if (!tc_shape(q) || small_images(q) || (q.dtype != ScalarType::Float && q.nhwc)) return c;
+    c = q.dtype == ScalarType::Float ? select_fp32(q) : select_16(q);
+    if (p.C != kC) c.slices = input_slices(p.C);
+  }
   if (p.K != q.K) c.filter_slices = (int)((p.K + kFilterSlice - 1) / kFilterSlice);
   return c;
 }
@@ -174,6 +189,7 @@ std::string name(const Choice& c) {
   s += kKernelNames[(int)c.kernel];
   s += "_";
   s += c.mode == k16 ? (c.dtype == ScalarType::Half ? "fp16" : "bf16") : kModeNames[c.mode];
+  if (c.input_channels != kC) s += "_" + std::to_string(c.input_channels) + "ch";
   if (c.kernel == Kernel::kMmaSyncPairs) s += "_pairs";
   if (c.kernel == Kernel::kMmaSyncStrided) s += "_strided";
   s += "_c" + std::to_string(c.channels);

@@ -35,6 +35,7 @@ struct Choice {
   c10::ScalarType dtype = c10::ScalarType::Float;
   MathMode mode = k16;      // the kernel's MODE: what its products compute
   int channels = 0;         // the K it is built for: 64 or 96
+  int input_channels = 3;   // the C it is built for: 3, or 1 / 2 (kPlanes)
   bool vec = false;         // kGmma: input rows by 16-byte copies
   bool transposed = false;  // the input was transposed first (a kernel of its own)
   int slices = 0;           // the input cut into slices of 3 channels first (forward/select.h)
@@ -49,14 +50,14 @@ inline int64_t filter_width(int64_t filters) { return filters <= 64 ? 64 : 96; }
 
 Choice select(const Problem& p);
 
-// e.g. "wgrad_planes_bf16_c96", "wgrad_gmma_3xfp16_c96_vec",
+// e.g. "wgrad_planes_bf16_c96", "wgrad_planes_bf16_1ch_c64", "wgrad_gmma_3xfp16_c96_vec",
 // "nhwc3_to_nchw+wgrad_planes_bf16_c96", "pad3+wgrad_mma_3xtf32_c64",
 // "slice3x2+wgrad_planes_bf16_c96", "kslice96x2+wgrad_gmma_tf32_c96_vec", "wgrad_cudnn",
 // "wgrad_generic"
 std::string name(const Choice& c);
 
-// The phase-plane kernel's fit (plan.cu): its shared memory, 4 tiles an SM
-// or more, tile counts in 32 bits.
+// The phase-plane kernel's fit (plan.cu): built for p.C (1 to 3), its
+// shared memory, 4 tiles an SM or more, tile counts in 32 bits.
 bool planes_fit(const Problem& p, int nt8);
 
 }  // namespace alexop::cuda::weight_grad
