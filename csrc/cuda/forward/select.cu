@@ -5,8 +5,9 @@
 //
 //  1. empty output                                  -> none
 //  2. float64                                       -> generic   [the reference; no tensor-core kernel]
-//  3. wgmma, chunks_shape: 4 to 16 channels (float32: 1 to 16 but 3), TF32, 16-bit or fp32-accurate
-//     (3xFP16: up to 5 channels, more than one small image), nhwc_copy_pays, tf32_groups_pay
+//  3. wgmma, chunks_shape: 4 to 16 channels (float32: 1 to 16 but 3; 16-bit 1 and 2 where few16_chunks_pay),
+//     TF32, 16-bit or fp32-accurate (3xFP16: up to 5 channels, more than one small image), nhwc_copy_pays,
+//     tf32_groups_pay
 //                                                   -> gmma chunks, groups of 64 | 96 (| 128 16-bit), channels_last
 //                                                      inputs copied to NCHW [one launch over every channel]
 //  4. 1 or 2, or 4 to max_sliced_channels channels -> slices of 3 (slices_pay) + the 3-channel choice [cheaper than cuDNN's few-channel kernels]
@@ -64,16 +65,39 @@ bool tc_shape(const Problem& p) { return p.C == kC && tc_limits(p); }
 // slice's sum added in memory, are the more accurate.
 constexpr int64_t kMaxFp16x3ChunkChannels = 5;
 
+// The phase-plane kernels serve outputs 48 to 55 wide (AlexNet's) and K <= 96.
+bool planes_shape(const Problem& p) { return p.K <= 96 && p.Q >= 48 && p.Q <= 55; }
+
+// Their 16-bit copies move aligned 4-byte words, each within one column pair.
+bool planes16_aligned(const Problem& p) { return p.pad % 2 == 0 && p.W % 2 == 0 && p.input_align >= 4; }
+
+// Channel slots of one CTA: all K channels up to 64 or 96, else groups of 96
+// (float32, whose B of more leaves no room for a patch) or 128 (16-bit).
+int nt8_for(int64_t K) { return K <= 64 ? 8 : K <= 96 ? 12 : 16; }
+int nt8_fp32(int64_t K) { return K <= 64 ? 8 : 12; }
+
+// 16-bit inputs of 1 or 2 channels take the chunk kernel (one chunk) but
+// where their zero-padded 3-channel copy runs the phase-plane kernel from an
+// NCHW input: the copy and the planes beat it there; elsewhere the chunk beat
+// the copy and the 3-channel gather kernels (docs/perf-history.md S26).
+bool few16_chunks_pay(const Problem& p) {
+  Problem q = p;
+  q.C = kC;
+  q.input_align = 16;  // the padded copy
+  return p.nhwc || !(planes_shape(q) && planes16_aligned(q) && planes_fit(q, nt8_for(p.K)));
+}
+
 // The chunk kernel: sm_90a, 4 to kMaxSlicedChannels channels, TF32 or
 // 16-bit, or fp32-accurate ("highest": 3xFP16) up to kMaxFp16x3ChunkChannels
-// and not for one small image, where cuDNN's full-fp32 kernels are quick. In
-// float32 also 1 and 2 channels, whose chunks reduce over 128 or 256 slots
-// where the 3-channel kernels on a zero-padded copy reduce over 368.
+// and not for one small image, where cuDNN's full-fp32 kernels are quick.
+// Also 1 and 2 channels, whose chunks reduce over 128 or 256 slots where the
+// 3-channel kernels on a zero-padded copy reduce over 368: in float32 always,
+// in 16-bit where few16_chunks_pay.
 bool chunks_shape(const Problem& p) {
   const bool f32 = p.dtype == ScalarType::Float;
   const bool accurate_ok = p.math == Fp32Math::kAccurate && p.C <= kMaxFp16x3ChunkChannels && !one_small_image(p);
-  return p.dev.sm90a && p.C != kC && (p.C > kC || f32) && p.C <= kMaxSlicedChannels && tc_limits(p) &&
-         (!f32 || p.math == Fp32Math::kTf32 || accurate_ok);
+  return p.dev.sm90a && p.C != kC && p.C <= kMaxSlicedChannels && tc_limits(p) &&
+         (p.C > kC || f32 || few16_chunks_pay(p)) && (!f32 || p.math == Fp32Math::kTf32 || accurate_ok);
 }
 
 // The chunk kernel's mode: fp32-accurate, TF32 or 16-bit.
@@ -124,12 +148,6 @@ int64_t max_sliced_channels(const Problem& p) {
   return p.math == Fp32Math::kAccurate ? kMaxSlicedChannels : 6;
 }
 
-// The phase-plane kernels serve outputs 48 to 55 wide (AlexNet's) and K <= 96.
-bool planes_shape(const Problem& p) { return p.K <= 96 && p.Q >= 48 && p.Q <= 55; }
-
-// Their 16-bit copies move aligned 4-byte words, each within one column pair.
-bool planes16_aligned(const Problem& p) { return p.pad % 2 == 0 && p.W % 2 == 0 && p.input_align >= 4; }
-
 // The store warpgroup pays from two 256-pixel tiles an SM on (fewer: two
 // CTAs of 128-pixel tiles spread a small batch over more SMs), K <= 96, and
 // it writes 16-byte chunks of the output.
@@ -139,11 +157,6 @@ bool staged_fills(const Problem& p) {
 
 // The space-to-depth copy moves aligned 4-byte words of input values.
 bool s2d_aligned(const Problem& p) { return p.pad % 2 == 0 && p.W % 2 == 0 && p.input_align >= 4; }
-
-// Channel slots of one CTA: all K channels up to 64 or 96, else groups of 96
-// (float32, whose B of more leaves no room for a patch) or 128 (16-bit).
-int nt8_for(int64_t K) { return K <= 64 ? 8 : K <= 96 ? 12 : 16; }
-int nt8_fp32(int64_t K) { return K <= 64 ? 8 : 12; }
 
 // Other few-channel inputs run the 3-channel kernels on copies of the
 // input's slices of 3 channels (the last zero-padded), where the 3-channel
