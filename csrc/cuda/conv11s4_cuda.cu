@@ -359,19 +359,19 @@ at::Tensor conv11s4_backward_input_cuda(
 }
 
 // grad_output's channels as the kernels take them: all K, or (where the
-// choice slices the filters) fresh copies of up to kFilterSlice channels,
-// the last zero-padded to a width the kernels are built for. Made once and
-// shared by every input slice.
-std::vector<at::Tensor> filter_slices(const at::Tensor& gy, bool sliced) {
+// choice slices the filters) slices of up to kFilterSlice channels: views
+// for the phase-plane kernel (it takes dy's image stride and any count up
+// to its width), else fresh copies, the last zero-padded to a width the
+// kernels are built for. Made once and shared by every input slice.
+std::vector<at::Tensor> filter_slices(const at::Tensor& gy, bool sliced, bool views) {
   namespace wg = cuda::weight_grad;
   const int64_t K = gy.size(1);
   if (!sliced) return {gy};
   std::vector<at::Tensor> dys;
   for (int64_t k0 = 0; k0 < K; k0 += wg::kFilterSlice) {
     const int64_t kk = std::min(wg::kFilterSlice, K - k0);
-    dys.push_back(
-        at::constant_pad_nd(gy.narrow(1, k0, kk), {0, 0, 0, 0, 0, wg::filter_width(kk) - kk})
-            .contiguous());
+    const auto s = gy.narrow(1, k0, kk);
+    dys.push_back(views ? s : at::constant_pad_nd(s, {0, 0, 0, 0, 0, wg::filter_width(kk) - kk}).contiguous());
   }
   return dys;
 }
@@ -395,8 +395,11 @@ at::Tensor weight_grad_filters(
     auto gb = grad_bias == nullptr || !sliced ? at::Tensor()
                                               : at::empty({width}, x.options());
     const auto choice = wg::select(p);
-    // x is the whole input or one slice as the kernels take it: never sliced again
-    TORCH_INTERNAL_ASSERT(choice.slices == 0, "weight gradient: a slice chose ", wg::name(choice));
+    // x is the whole input or one slice as the kernels take it: never sliced
+    // again; a view of dy's channels only for the kernel that reads one
+    TORCH_INTERNAL_ASSERT(
+        choice.slices == 0 && (dy.is_contiguous() || choice.kernel == wg::Kernel::kPlanes),
+        "weight gradient: a slice chose ", wg::name(choice));
     wg::launch(
         choice, p,
         {dy, x, gw, grad_bias == nullptr ? nullptr : sliced ? &gb : grad_bias});
@@ -437,9 +440,9 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
   // each slice's weight gradient for 3 channels (the last's for its own 1
   // or 2 on the phase-plane kernel; the bias's with the first), then joined
   // and cut to C
-  const auto dys = filter_slices(gy, choice.filter_slices > 0);
-  const auto source = slices_source(input, choice.slices);
   const bool planes = choice.kernel == cuda::weight_grad::Kernel::kPlanes;
+  const auto dys = filter_slices(gy, choice.filter_slices > 0, planes);
+  const auto source = slices_source(input, choice.slices);
   std::vector<at::Tensor> grad_weights;
   for (int g = 0; g < std::max(choice.slices, 1); ++g) {
     const auto x = choice.slices > 0

@@ -92,13 +92,15 @@ struct WgradOperands {
   const void* dy;
   const void* x;
   Strides sx;
+  int64_t dy_n;  // dy's image stride: a slice of its channels is a view
   int N, K, H, W, P, Q, pad;
 };
-// The operands of tensors dy and x (any tensor type with ATen's accessors).
+// The operands of tensors dy (its planes contiguous) and x (any tensor type
+// with ATen's accessors).
 template <typename Tensor>
 WgradOperands wgrad_operands(const Tensor& dy, const Tensor& x, int pad) {
-  return {dy.data_ptr(), x.data_ptr(), {x.stride(0), x.stride(1), x.stride(2), x.stride(3)}, (int)x.size(0),
-          (int)dy.size(1), (int)x.size(2), (int)x.size(3), (int)dy.size(2), (int)dy.size(3), pad};
+  return {dy.data_ptr(), x.data_ptr(), {x.stride(0), x.stride(1), x.stride(2), x.stride(3)}, dy.stride(0),
+          (int)x.size(0), (int)dy.size(1), (int)x.size(2), (int)x.size(3), (int)dy.size(2), (int)dy.size(3), pad};
 }
 
 // Writes the weight gradient (k, tap = (c, r, s)), or for tap = 363 the
@@ -115,7 +117,7 @@ __device__ __noinline__ void weight_grad(const WgradOperands o, int k, int tap, 
   double acc = 0.0;
 #pragma unroll 1
   for (int n = 0; n < o.N; ++n) {
-    const T* dyk = dy + ((int64_t)n * o.K + k) * o.P * o.Q;
+    const T* dyk = dy + (int64_t)n * o.dy_n + (int64_t)k * o.P * o.Q;
     const T* xc = x + n * o.sx.n + c * o.sx.c;
 #pragma unroll 1
     for (int p = 0; p < o.P; ++p) {

@@ -113,6 +113,8 @@ struct Params {
   const T* dy;
   float* ws;    // [gridDim.x][Geo::kRegs][kThreads]: the CTAs' partials in register order
   int64_t sN;   // input image stride
+  int64_t dyN;  // dy's image stride: a slice of its channels is read in place
+  int dy_off;   // dy's first element, in elements past the 16-byte boundary dy points at
   int H, W, K, P, Q, PQ, pad;
   int tiles_per_img, total_tiles;
 };
@@ -147,7 +149,7 @@ struct TileLoader {
     g.n = tile / p.tiles_per_img;
     g.p0 = (tile - g.n * p.tiles_per_img) * kTR;
     g.rows = min(kTR, p.P - g.p0);
-    g.e0 = ((int64_t)g.n * p.K) * p.PQ + (int64_t)g.p0 * p.Q;
+    g.e0 = p.dy_off + (int64_t)g.n * p.dyN + (int64_t)g.p0 * p.Q;
     g.sh0 = (int)(g.e0 & 7);
     return g;
   }
@@ -379,7 +381,13 @@ void launch(const Problem& pr, const Args& a) {
   const int grid = (int)std::min<int64_t>(p.total_tiles, pr.dev.num_sms);
   const at::Tensor ws = scratch(in, (int64_t)grid * kRegs * kThreads * (int64_t)sizeof(float));
   p.x = static_cast<const T*>(in.data_ptr());
-  p.dy = static_cast<const T*>(go.data_ptr());
+  // dy from the 16-byte boundary at or before its start: a run's copies
+  // start at a boundary, and the bytes read before the run (of the same
+  // aligned 16 bytes, so of a mapped page) are skipped
+  const auto dy_addr = reinterpret_cast<uintptr_t>(go.data_ptr());
+  p.dy = reinterpret_cast<const T*>(dy_addr & ~uintptr_t{15});
+  p.dy_off = (int)(dy_addr & 15) / (int)sizeof(T);
+  p.dyN = go.stride(0);
   p.ws = static_cast<float*>(ws.data_ptr());
   auto stream = c10::cuda::getCurrentCUDAStream();
   allow_max_dynamic_smem(wgrad_planes_kernel<T, NT8, CH>);

@@ -51,10 +51,10 @@ bool small_images(const Problem& p) { return p.dtype == ScalarType::Float && p.P
 // The phase-plane kernel serves outputs 48 to 55 wide (AlexNet's), K <= 96.
 bool planes_shape(const Problem& p) { return p.K <= 96 && p.Q >= 48 && p.Q <= 55; }
 
-// Its input pieces are 4-byte words of one column pair; dy runs are copied
-// from their 16-byte boundaries, which stay inside an aligned allocation.
+// Its input pieces are 4-byte words of one column pair (dy at any
+// alignment: planes.cuh).
 bool planes_aligned(const Problem& p) {
-  return p.pad % 2 == 0 && p.W % 2 == 0 && !p.nhwc && p.input_align >= 4 && p.grad_output_align >= 16;
+  return p.pad % 2 == 0 && p.W % 2 == 0 && !p.nhwc && p.input_align >= 4;
 }
 
 // The phase-plane kernel, 16-bit: built for 1, 2 and 3 channels, so 1 or 2
