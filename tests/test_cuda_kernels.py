@@ -253,6 +253,22 @@ def test_weight_grad_planes_accuracy(shape, dtype):
     _check_weight_and_bias_grad(shape, dtype, "highest", REL_L2[dtype], False, ref_device="cuda")
 
 
+# The phase-plane weight gradient reads grad_output from the 16-byte boundary at or before it
+# (so at any alignment) and its slices of 96 filters in place (160 filters: 96 + 64): the same
+# bits from a grad_output 6 bytes off a boundary as from an aligned one.
+@pytest.mark.parametrize("k", [96, 160])
+def test_weight_grad_planes_any_grad_output_alignment(k):
+    x, wt, _ = make_inputs(40, 3, k, 224, 224, dtype=torch.bfloat16, device="cuda")
+    gy = torch.randn(40, k, 55, 55, device="cuda").to(torch.bfloat16)
+    off = torch.empty(gy.numel() + 3, device="cuda", dtype=torch.bfloat16)[3:].view(gy.shape)
+    off.copy_(gy)
+    want = torch.ops.alexop.conv11s4_backward_weight(gy, x, 2, True)
+    got = torch.ops.alexop.conv11s4_backward_weight(off, x, 2, True)
+    if wgmma_kernels_run():
+        assert "wgrad_planes_bf16" in alexop.kernel_for(x, wt, 2)["weight_grad"]
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
 # The phase-plane kernel built for 1 and 2 channels: grayscale and two-channel inputs as they
 # are (no zero channels), and the last slice of 4 and 5 channels (a slice of 3, then the last
 # 1 or 2); 128 filters in slices of 96 (the last zero-padded to 64).
