@@ -113,7 +113,7 @@ struct Params {
   const T* dy;
   float* ws;    // [gridDim.x][Geo::kRegs][kThreads]: the CTAs' partials in register order
   int64_t sN;   // input image stride
-  int64_t dyN;  // dy's image stride: a slice of its channels is read in place
+  int dyN;      // dy's image stride: a slice of its channels is read in place
   int dy_off;   // dy's first element, in elements past the 16-byte boundary dy points at
   int H, W, K, P, Q, PQ, pad;
   int tiles_per_img, total_tiles;
@@ -387,7 +387,9 @@ void launch(const Problem& pr, const Args& a) {
   const auto dy_addr = reinterpret_cast<uintptr_t>(go.data_ptr());
   p.dy = reinterpret_cast<const T*>(dy_addr & ~uintptr_t{15});
   p.dy_off = (int)(dy_addr & 15) / (int)sizeof(T);
-  p.dyN = go.stride(0);
+  // 32 bits: a 64-bit stride cost the 3-channel kernel 60 more bytes of spills
+  TORCH_INTERNAL_ASSERT(go.stride(0) <= INT32_MAX, "phase-plane weight gradient: dy's image stride");
+  p.dyN = (int)go.stride(0);
   p.ws = static_cast<float*>(ws.data_ptr());
   auto stream = c10::cuda::getCurrentCUDAStream();
   allow_max_dynamic_smem(wgrad_planes_kernel<T, NT8, CH>);
