@@ -253,6 +253,23 @@ def test_weight_grad_planes_accuracy(shape, dtype):
     _check_weight_and_bias_grad(shape, dtype, "highest", REL_L2[dtype], False, ref_device="cuda")
 
 
+# The 16-bit phase-plane forward of 1 and 2 channels (NCHW, outputs 48-55 wide): the planes
+# of the missing channels stay zero, no zero-padded copy; every output written, within the
+# dtype's bound of float64.
+@pytest.mark.parametrize("c", [1, 2])
+@pytest.mark.parametrize("shape", [(16, 96, 224, 224, 2), (16, 64, 227, 226, 0)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+def test_forward_planes_fewer_channels(c, shape, dtype, bias):
+    n, k, h, w, p = shape
+    out, ref, names = _forward((n, c, k, h, w, p), dtype, "highest", bias)
+    assert torch.isfinite(out).all()
+    assert rel_l2(out, ref) <= REL_L2[dtype]
+    if wgmma_kernels_run():
+        kind = "bf16" if dtype == torch.bfloat16 else "fp16"
+        assert names["forward"] == f"fwd_planes_{kind}_{c}ch_c{k}", names
+
+
 # The phase-plane weight gradient reads grad_output from the 16-byte boundary at or before it
 # (so at any alignment) and its slices of 96 filters in place (160 filters: 96 + 64): the same
 # bits from a grad_output 6 bytes off a boundary as from an aligned one.

@@ -152,8 +152,10 @@ def test_float64_keeps_the_reference_kernels():
 
 # bf16 forwards of 64 images of 224 x 224: (C_in, C_out, the name's prefix on sm_80, on sm_90a).
 FIRST_LAYER_CHOICES = [
-    (1, 96, "pad3+", "pad3+"),  # a zero channel, then the 3-channel kernels
-    (2, 64, "pad3+", "pad3+"),
+    # zero channels, then the 3-channel kernels; on Hopper the phase planes, whose planes
+    # of the missing channels stay zero
+    (1, 96, "pad3+", "fwd_planes_bf16_1ch_c96"),
+    (2, 64, "pad3+", "fwd_planes_bf16_2ch_c64"),
     # slices of 3 channels, the last zero-padded, partial outputs summed; on Hopper one
     # kernel over chunks of 2 channels
     (4, 96, "slice3x2+", "fwd_gmma_chunks_bf16_c96"),
@@ -172,8 +174,8 @@ def test_first_layer_choices(c, k, want, on_hopper):
 
 
 # Where Hopper's chunk kernel runs (64 images of 224 x 224, padding 2): 4-16 channels, in TF32
-# also 1 and 2, in 16-bit 1 and 2 but where a zero-padded copy runs the phase planes (K <= 96
-# from NCHW; a 1-channel input is NCHW in either format); from channels_last it pays its NCHW copy except where cuDNN's channels_last
+# also 1 and 2, in 16-bit 1 and 2 but where the phase planes run (K <= 96 from NCHW; a
+# 1-channel input is NCHW in either format); from channels_last it pays its NCHW copy except where cuDNN's channels_last
 # kernels are quick (16-bit: 13-16 channels at 64 or 128 filters; TF32: 6-8 channels at 16
 # filters, 9-16 channels but at 16 filters or 65-96 of up to 12 channels); in TF32 from 9
 # channels a last group of filters less than half full (128 = 96 + 32), and from 13 channels
@@ -202,8 +204,8 @@ HOPPER_CHUNK_CHOICES = [
     (1, 192, "bf16", False, "fwd_gmma_chunks_bf16_split_g128"),
     (2, 128, "bf16", False, "fwd_gmma_chunks_bf16_c128"),
     (2, 96, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c96"),
-    (1, 96, "bf16", True, "pad3+fwd_planes_bf16_c96"),
-    (2, 64, "bf16", False, "pad3+fwd_planes_bf16_c64"),
+    (1, 96, "bf16", True, "fwd_planes_bf16_1ch_c96"),
+    (2, 64, "bf16", False, "fwd_planes_bf16_2ch_c64"),
 ]
 
 

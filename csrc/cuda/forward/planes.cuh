@@ -222,10 +222,11 @@ struct Params {
   int64_t sN;  // input element strides: image, channel, row, column
   int sC, sY, sX;
   int H, W, K, P, Q, PQ, pad;
+  int C;  // input channels, 1 to 3: the planes of channels past C stay zero, never copied
   int tiles_per_img, total_tiles;
   int vec8;   // float, even padding and width, 8-byte aligned: 8-byte copies
   int units;  // channels_last by unit types: 16-bit always, TF32 with 8-byte copies
-  const T* w;  // the weights as given (K, 3, 11, 11): the exact recomputation reads them
+  const T* w;  // the weights as given (K, C, 11, 11): the exact recomputation reads them
   int accumulate;  // float: add to y's values (put), as a sliced forward's later slices do
   int ysc, ysm;    // output element strides of a channel and a pixel: NCHW or channels_last
 };
@@ -233,7 +234,7 @@ struct Params {
 // B for NT channels in wgmma's K-major layout: per k step two blocks (its
 // groups) of NT rows x 16 bytes; TF32-rounded for float.
 template <typename T, int NT, bool kNhwc>
-__global__ void prep_weights_planes_kernel(const T* __restrict__ w, int K, T* __restrict__ out) {
+__global__ void prep_weights_planes_kernel(const T* __restrict__ w, int K, int C, T* __restrict__ out) {
   using L = Layout<T>;
   pdl_launch_dependents();  // the main kernel's prologue and first planes need none of this
   const int i = blockIdx.x * blockDim.x + threadIdx.x;  // ((group, n), e)
@@ -243,7 +244,7 @@ __global__ void prep_weights_planes_kernel(const T* __restrict__ w, int K, T* __
   if (g < L::kGroups && n < K) {
     int c = L::tap_c(g), r = L::tap_r(g, e), s = L::tap_s(g, e);
     if constexpr (kNhwc) L::nhwc_tap(g, e, c, r, s);
-    if (r < kR && s < kR) v = to_f(w[((n * kC + c) * kR + r) * kR + s]);
+    if (r < kR && s < kR && c < C) v = to_f(w[((n * C + c) * kR + r) * kR + s]);
   }
   if constexpr (std::is_same_v<T, float>) {
     out[i] = __uint_as_float(to_tf32(v));
@@ -449,14 +450,16 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
       } else {
         from = opaque(reinterpret_cast<const char*>(img + L::plane_c(j) * p.sC + y0 * p.sY));
       }
-      copy_pieces<kB, kLoaders * kB>(base, from, reinterpret_cast<const char*>(img), src, ry, y1, p.H, inner, last,
-                                     [&](int v) {
-                                       if constexpr (kNhwc) {
-                                         return cols >> v & 1 ? kB : 0;
-                                       } else {
-                                         return nb[v];
-                                       }
-                                     });
+      // a channel past C: its slot was zeroed once, the kernel's first act
+      if (kNhwc || L::plane_c(j) < p.C)
+        copy_pieces<kB, kLoaders * kB>(base, from, reinterpret_cast<const char*>(img), src, ry, y1, p.H, inner, last,
+                                       [&](int v) {
+                                         if constexpr (kNhwc) {
+                                           return cols >> v & 1 ? kB : 0;
+                                         } else {
+                                           return nb[v];
+                                         }
+                                       });
       cp_async_arrive_noinc(s_full + 8 * slot);
     }
   }
@@ -572,7 +575,7 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
       const int f = fr + 8 * ((i >> 1) & 1), pp = f / kQf, q = f - kQf * pp;
       const int ch = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
       if (q >= p.Q || pp >= p.P || ch >= p.K) return v;
-      return exact::forward(p.x, p.sN, p.sC, p.sY, p.sX, p.H, p.W, kC, p.w, p.pad, n, ch, pp, q);
+      return exact::forward(p.x, p.sN, p.sC, p.sY, p.sX, p.H, p.W, p.C, p.w, p.pad, n, ch, pp, q);
     });
     if constexpr (L::kStaged) {
       if (it > 0) mbar_wait(s_sempty, (it - 1) & 1);
@@ -637,6 +640,15 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
   const uint32_t s_full = s_b + S::kBars, s_empty = s_full + 8 * kSlots;
   const uint32_t s_sfull = s_empty + 8 * kSlots, s_sempty = s_sfull + 8;
   const int tid = threadIdx.x;
+  // fewer than 3 channels (NCHW): the slots of the missing channels' planes
+  // hold zeros for good, for the tensor cores (fenced below)
+  if (p.C < kC) {
+    for (int slot = 0; slot < kSlots; ++slot)
+      if (L::plane_c(slot % L::kPlanes) >= p.C)
+        for (int i = tid; i < L::kSlotBytes / 16; i += blockDim.x)
+          reinterpret_cast<uint4*>(smem + S::kB + slot * L::kSlotBytes)[i] = make_uint4(0, 0, 0, 0);
+    fence_proxy_async();
+  }
   if (tid < kSlots) {
     mbar_init(s_full + 8 * tid, kLoaders);
     mbar_init(s_empty + 8 * tid, kConsumers);
@@ -691,6 +703,8 @@ void launch(const Problem& pr, const Args& a) {
   TORCH_INTERNAL_ASSERT(planes_fit(pr, NT8), "forward planes: chosen for a problem it does not fit");
   Params<T> p{};
   set_sizes(p, pr);
+  p.C = (int)pr.C;
+  TORCH_INTERNAL_ASSERT(p.C == kC || (p.C >= 1 && p.C < kC && !pr.nhwc), "forward planes: channels");
   const int hw = p.H * p.W;
   p.sN = a.input.stride(0);  // a channel slice's images are C channels apart
   p.sC = pr.nhwc ? 1 : hw;
@@ -706,7 +720,7 @@ void launch(const Problem& pr, const Args& a) {
   const at::Tensor wbuf = scratch(a.input, S::kB);
   constexpr int kPrepThreads = L::kSteps * 2 * NT * L::kElems;
   auto* prep = p.units ? prep_weights_planes_kernel<T, NT, true> : prep_weights_planes_kernel<T, NT, false>;
-  prep<<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(static_cast<const T*>(a.weight.data_ptr()), p.K,
+  prep<<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(static_cast<const T*>(a.weight.data_ptr()), p.K, p.C,
                                                        static_cast<T*>(wbuf.data_ptr()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   p.x = static_cast<const T*>(a.input.data_ptr());

@@ -10,7 +10,8 @@
 //     tf32_groups_pay
 //                                                   -> gmma chunks, groups of 64 | 96 (| 128 16-bit), channels_last
 //                                                      inputs copied to NCHW [one launch over every channel]
-//  4. 1 or 2, or 4 to max_sliced_channels channels -> slices of 3 (slices_pay) + the 3-channel choice [cheaper than cuDNN's few-channel kernels]
+//  4. 16-bit, 1 or 2 channels, NCHW, planes_few   -> planes built to leave the missing channels zero [no padded copy]
+//  5. 1 or 2, or 4 to max_sliced_channels channels -> slices of 3 (slices_pay) + the 3-channel choice [cheaper than cuDNN's few-channel kernels]
 //     (one small image: the copies' launches cost more -> cudnn, rule 5)
 //  5. not a tensor-core problem (tc_shape)          -> cudnn     [outside the kernels' limits or architectures]
 // float32, Fp32Math::kAccurate ("highest"):
@@ -77,14 +78,23 @@ int nt8_for(int64_t K) { return K <= 64 ? 8 : K <= 96 ? 12 : 16; }
 int nt8_fp32(int64_t K) { return K <= 64 ? 8 : 12; }
 
 // 16-bit inputs of 1 or 2 channels take the chunk kernel (one chunk) but
-// where their zero-padded 3-channel copy runs the phase-plane kernel from an
-// NCHW input: the copy and the planes beat it there; elsewhere the chunk beat
-// the copy and the 3-channel gather kernels (docs/perf-history.md S26).
+// where their zero-padded 3-channel copy would run the phase-plane kernel
+// from an NCHW input: the planes beat it there (planes_few, no copy);
+// elsewhere the chunk beat the copy and the 3-channel gather kernels
+// (docs/perf-history.md S26).
 bool few16_chunks_pay(const Problem& p) {
   Problem q = p;
   q.C = kC;
   q.input_align = 16;  // the padded copy
   return p.nhwc || !(planes_shape(q) && planes16_aligned(q) && planes_fit(q, nt8_for(p.K)));
+}
+
+// The phase planes of a 16-bit NCHW input of 1 or 2 channels, where the
+// chunk kernel did not pay: the kernel leaves the missing channels' planes
+// zero, so no zero-padded copy (S26: the copy took a quarter of pad3's time).
+bool planes_few(const Problem& p) {
+  return p.dtype != ScalarType::Float && p.dev.sm90a && p.C >= 1 && p.C < kC && !p.nhwc && tc_limits(p) &&
+         planes_shape(p) && planes16_aligned(p) && planes_fit(p, nt8_for(p.K));
 }
 
 // The chunk kernel: sm_90a, 4 to kMaxSlicedChannels channels, TF32 or
@@ -291,6 +301,11 @@ Choice select(const Problem& p) {
       return c;
     }
   }
+  if (planes_few(p)) {
+    Choice c = make(Kernel::kPlanes, p, k16, nt8_for(p.K));
+    c.input_channels = (int)p.C;
+    return c;
+  }
   if (slices_pay(p)) {
     Problem q = p;
     q.C = kC;
@@ -317,6 +332,7 @@ std::string name(const Choice& c) {
   s += *kModeNames[c.mode] ? kModeNames[c.mode] : c.dtype == ScalarType::Half ? "fp16" : "bf16";
   if (c.mode == k16Pairs) s += "_pairs";
   if (c.mode == k16S2dNhwc) s += "_nhwc";
+  if (c.input_channels != kC) s += "_" + std::to_string(c.input_channels) + "ch";
   const int ch = 8 * c.nt8;
   return s + (c.groups > 1 ? "_split_g" + std::to_string(ch) : "_c" + std::to_string(ch));
 }

@@ -42,6 +42,9 @@ struct Choice {
   int slices = 0;
   // the chunk kernel on a channels_last input: an NCHW copy first ("nchw+")
   bool nchw_copy = false;
+  // the phase planes of a 16-bit NCHW input of 1 or 2 channels (the missing
+  // channels' planes zero), not a zero-padded copy ("_1ch")
+  int input_channels = 3;
 };
 
 Choice select(const Problem& p);
@@ -50,7 +53,7 @@ Choice select(const Problem& p);
 // channels_last (every tensor-core kernel); the reference kernel writes NCHW.
 bool any_output_layout(const Choice& c);
 
-// e.g. "fwd_planes_bf16_c96", "fwd_mma_3xtf32_split_g16", "pad3+fwd_planes_bf16_c64" (one
+// e.g. "fwd_planes_bf16_c96", "fwd_planes_bf16_1ch_c96", "fwd_mma_3xtf32_split_g16", "pad3+fwd_s2d_bf16_c64" (one
 // slice), "slice3x2+fwd_s2d_bf16_c96" (two), "fwd_gmma_chunks_tf32_c64",
 // "nchw+fwd_gmma_chunks_bf16_c96", "fwd_cudnn", "fwd_generic"
 std::string name(const Choice& c);
