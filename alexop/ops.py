@@ -78,8 +78,8 @@ def kernel_for(input: Tensor, weight: Tensor, padding: int = 2) -> dict[str, str
         ``"fwd_planes_bf16_c96"``, ``"wgrad_gmma_3xfp16_c96_vec"``,
         ``"slice3x2+fwd_planes_tf32_c96"`` (4 to 6 input channels, run as two
         slices of 3), ``"fwd_gmma_chunks_bf16_c96"`` (on Hopper, 4 to 16 input
-        channels, TF32 also 1 and 2, 16-bit 1 and 2 where a zero-padded copy
-        would not run ``fwd_planes``, fp32-accurate 1, 2, 4 and 5: one kernel
+        channels, TF32 also 1 and 2, 16-bit 1 and 2 but where
+        ``fwd_planes_bf16_1ch_c96`` runs them, fp32-accurate 1, 2, 4 and 5: one kernel
         over chunks of them;
         ``"nchw+"`` before it: a channels_last input copied to NCHW first),
         ``"fwd_cudnn"`` (cuDNN, in the memory layout its first call timed
