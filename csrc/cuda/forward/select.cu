@@ -12,28 +12,28 @@
 //                                                      inputs copied to NCHW [one launch over every channel]
 //  4. 16-bit, 1 or 2 channels, NCHW, planes_few   -> planes built to leave the missing channels zero [no padded copy]
 //  5. 1 or 2, or 4 to max_sliced_channels channels -> slices of 3 (slices_pay) + the 3-channel choice [cheaper than cuDNN's few-channel kernels]
-//     (one small image: the copies' launches cost more -> cudnn, rule 5)
-//  5. not a tensor-core problem (tc_shape)          -> cudnn     [outside the kernels' limits or architectures]
+//     (one small image: the copies' launches cost more -> cudnn, rule 6)
+//  6. not a tensor-core problem (tc_shape)          -> cudnn     [outside the kernels' limits or architectures]
 // float32, Fp32Math::kAccurate ("highest"):
-//  6. wgmma, K <= 96, tiles fill the GPU (h3_fills) -> gmma 3xFP16, one CTA of K <= 64 | 96 [twice TF32's rate]
-//  7. wgmma, K > 64, the same fill (6 did not fit)  -> gmma 3xTF32, groups of 48 (else cudnn) [B big + small for 96 does not fit]
-//  8. otherwise                                     -> mma.sync 3xTF32, split rule
+//  7. wgmma, K <= 96, tiles fill the GPU (h3_fills) -> gmma 3xFP16, one CTA of K <= 64 | 96 [twice TF32's rate]
+//  8. wgmma, K > 64, the same fill (7 did not fit)  -> gmma 3xTF32, groups of 48 (else cudnn) [B big + small for 96 does not fit]
+//  9. otherwise                                     -> mma.sync 3xTF32, split rule
 // float32, Fp32Math::kBf16x3 ("high"):
-//  9. as 6                                          -> gmma 3xFP16 [faster and more accurate than bf16x3]
-// 10. otherwise                                     -> mma.sync bf16x3, split rule
+// 10. as 7                                          -> gmma 3xFP16 [faster and more accurate than bf16x3]
+// 11. otherwise                                     -> mma.sync bf16x3, split rule
 // split rule: channel groups of 48, 32 or 16 where split_cost says they
 //  shorten the busiest SM's queue by 10%, else all channels in one group
 //  (K <= 96; groups of 48 where that does not fit)  -> mma.sync (else cudnn)
 // float32, Fp32Math::kTf32 ("medium"):
-// 11. wgmma, planes_shape                           -> planes TF32 [no gather: A by descriptor]
-// 12. wgmma                                         -> gmma TF32, groups of 64 | 96
-// 13. otherwise                                     -> mma.sync TF32, groups of 64 | 96 (else cudnn)
+// 12. wgmma, planes_shape                           -> planes TF32 [no gather: A by descriptor]
+// 13. wgmma                                         -> gmma TF32, groups of 64 | 96
+// 14. otherwise                                     -> mma.sync TF32, groups of 64 | 96 (else cudnn)
 // bf16 / fp16 (mode: k16Pairs for NCHW of even padding, else k16):
-// 14. wgmma, planes_shape, planes16_aligned         -> planes 16-bit
-// 15. wgmma, staged_fills, s2d_aligned              -> space-to-depth, NCHW or channels_last [ldmatrix, no table]
-// 16. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
-// 17. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
-// 18. otherwise                                     -> mma.sync, groups of 64 | 96 | 128 (else cudnn)
+// 15. wgmma, planes_shape, planes16_aligned         -> planes 16-bit
+// 16. wgmma, staged_fills, s2d_aligned              -> space-to-depth, NCHW or channels_last [ldmatrix, no table]
+// 17. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
+// 18. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
+// 19. otherwise                                     -> mma.sync, groups of 64 | 96 | 128 (else cudnn)
 
 #include "select.h"
 
