@@ -152,9 +152,14 @@ at::Tensor input_slice(const at::Tensor& x, int64_t g) {
 // A weight gradient's slice g: as input_slice, but where the phase-plane
 // kernel runs the slices (built for 1 and 2 channels too) a last slice of
 // 1 or 2 channels as it is, not zero-padded to 3: a view where input_slice
-// would take one, else a copy.
-at::Tensor weight_grad_slice(const at::Tensor& x, int64_t g, bool planes) {
+// would take one, else a copy; and for a widened choice (weight_grad/
+// select.h) a copy one zero column wider.
+at::Tensor weight_grad_slice(const at::Tensor& x, int64_t g, bool planes, bool widened) {
   const int64_t c0 = cuda::kC * g, n = std::min<int64_t>(cuda::kC, x.size(1) - c0);
+  if (widened) {
+    return at::constant_pad_nd(x.narrow(1, c0, n), {0, 1, 0, 0, 0, planes ? 0 : cuda::kC - n})
+        .contiguous();
+  }
   if (!planes || n == cuda::kC) return input_slice(x, g);
   const auto view = x.narrow(1, c0, n);
   const bool as_view = x.is_contiguous() && x.stride(0) <= INT32_MAX &&
@@ -446,8 +451,9 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
   std::vector<at::Tensor> grad_weights;
   for (int g = 0; g < std::max(choice.slices, 1); ++g) {
     const auto x = choice.slices > 0
-        ? weight_grad_slice(source, g, planes)
-        : cuda::weight_grad::prepare_input(input, prep);
+        ? weight_grad_slice(source, g, planes, choice.widened)
+        : choice.widened ? at::constant_pad_nd(input.contiguous(), {0, 1}).contiguous()
+                         : cuda::weight_grad::prepare_input(input, prep);
     grad_weights.push_back(weight_grad_filters(
         dys, x, K, padding, choice.transposed,
         bias_grad && g == 0 ? &grad_bias : nullptr));
