@@ -47,8 +47,9 @@ def conv11s4(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, paddi
     Raises:
         RuntimeError: naming the argument, for any argument the op refuses.
 
-    dtypes: float32 and float64 everywhere, float16 and bfloat16 too (computed
-    in float32 on the CPU). On CUDA, float32 is computed to full float32
+    dtypes: float32 and float64 everywhere, float16 and bfloat16 too (on the
+    CPU computed in float32, or by ATen where the CPU multiplies them
+    natively). On CUDA, float32 is computed to full float32
     accuracy unless ``torch.set_float32_matmul_precision("high")`` (or
     ``"medium"``) allows TF32 tensor cores.
     """

@@ -31,6 +31,20 @@ def wgmma_kernels_run():
     w = torch.empty(96, 3, 11, 11, device="cuda", dtype=torch.bfloat16)
     return alexop.kernel_for(x, w, 2)["input_grad"].startswith("dgrad_gmma")
 
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+    except OSError:
+        return set()
+
+
+# The 16-bit dtypes this CPU multiplies natively (AVX512-BF16, AVX512-FP16): there ATen's
+# oneDNN kernels run them, and alexop's CPU ops hand their forward and weight gradient to ATen.
+NATIVE_16BIT_CPU = {torch.bfloat16: "avx512_bf16" in _cpu_flags(), torch.float16: "avx512_fp16" in _cpu_flags()}
+
 DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 
 # Relative L2 error allowed against the float64 reference, per dtype.

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import alexop
-from conftest import REL_L2, assert_layout_like, assert_matches, grads_reference, make_inputs, reference, rel_l2
+from conftest import NATIVE_16BIT_CPU, REL_L2, assert_layout_like, assert_matches, grads_reference, make_inputs, reference, rel_l2
 from test_nonfinite import _poison, assert_nonfinite_match
 
 # alexop picks the best instruction set the CPU has; ALEXOP_CPU_CAPABILITY lowers it, and makes
@@ -173,7 +173,7 @@ def test_nonfinite_where_conv2d_is(isa, poisoned, dtype):
         assert_nonfinite_match(g, r, REL_L2[dtype], f"{name} gradient")
 
 
-def test_reduced_dtypes_compute_in_float32():
+def test_reduced_dtypes_match_float32():
     x, wt, b = make_inputs(2, 3, 16, 27, 27)
     want = alexop.conv11s4(x, wt, b)
     for dtype in (torch.float16, torch.bfloat16):
@@ -181,6 +181,30 @@ def test_reduced_dtypes_compute_in_float32():
         assert got.dtype == dtype
         assert_matches(got, reference(x.to(dtype), wt.to(dtype), b.to(dtype)), dtype)
         assert rel_l2(got, want) <= REL_L2[dtype]
+
+
+# Where the CPU multiplies float16 / bfloat16 natively, the forward and weight gradient are ATen's
+# own in that dtype, bit for bit what F.conv2d and its autograd give; the input gradient of 1-2
+# channels stays alexop's (in float32), within the dtype's bound of float64.
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_native_16bit_runs_aten(dtype, channels_last):
+    if not NATIVE_16BIT_CPU[dtype]:
+        pytest.skip(f"this CPU does not multiply {dtype} natively")
+    x, wt, b = make_inputs(4, 2, 64, 67, 71, dtype=dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    names = alexop.kernel_for(x, wt, 2)
+    assert (names["forward"], names["weight_grad"]) == ("cpu_fwd_aten", "cpu_wgrad_aten")
+    assert names["input_grad"].startswith("cpu_dgrad_s2d_")
+    grad = torch.randn(4, 64, 16, 17).to(dtype)
+    got = _grads(x, wt, b, grad, 2)
+    leaves = [t.detach().clone().requires_grad_() for t in (x, wt, b)]
+    want = torch.autograd.grad(F.conv2d(*leaves, stride=4, padding=2), leaves, grad)
+    assert torch.equal(alexop.conv11s4(x, wt, b, 2), F.conv2d(x, wt, b, stride=4, padding=2))
+    assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
+    for name, g, r in zip(("input", "weight", "bias"), got, grads_reference(x, wt, b, grad, 2)):
+        assert rel_l2(g, r) <= REL_L2[dtype], name
 
 
 def test_unknown_instruction_set_is_an_error(monkeypatch):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import alexop
-from conftest import make_inputs, needs_cuda, precision, sm80_kernels_forced, wgmma_kernels_run
+from conftest import NATIVE_16BIT_CPU, make_inputs, needs_cuda, precision, sm80_kernels_forced, wgmma_kernels_run
 from test_every_shape import (
     FIRST_LAYER_CHOICES,
     HOPPER_CHUNK_CHOICES,
@@ -27,12 +27,15 @@ def _cpu_names(forward_and_weight_grad, isa):
 
 
 def test_cpu_names(monkeypatch):
-    # Winograd with AVX-512 for float32 (float16 and bfloat16 run in float32), direct otherwise;
+    # Winograd with AVX-512 for float32, direct otherwise; float16 and bfloat16 run in float32, but
+    # where the CPU multiplies them natively ATen runs their forward and weight gradient;
     # ALEXOP_CPU_CAPABILITY=default gives the same names on every CPU.
     x, w, _ = make_inputs(1, 3, 96, 224, 224)
     best = alexop.kernel_for(x, w)
     assert best in [_cpu_names("winograd", "avx512"), _cpu_names("direct", "avx2"), _cpu_names("direct", "default")]
-    assert alexop.kernel_for(x.half(), w.half()) == best
+    for dtype in (torch.float16, torch.bfloat16):
+        native = {"forward": "cpu_fwd_aten", "weight_grad": "cpu_wgrad_aten"} if NATIVE_16BIT_CPU[dtype] else {}
+        assert alexop.kernel_for(x.to(dtype), w.to(dtype)) == {**best, **native}
     assert alexop.kernel_for(x.double(), w.double())["forward"].startswith("cpu_fwd_direct_")
     monkeypatch.setenv("ALEXOP_CPU_CAPABILITY", "default")
     assert alexop.kernel_for(x, w) == _cpu_names("direct", "default")
@@ -56,13 +59,38 @@ CPU_CHOICES = [
 ]
 
 
+# (N, C_in, C_out, H) in bfloat16 / float16 on a CPU that multiplies them natively: ATen's forward
+# and weight gradient; its input gradient beyond 4 channels, or 3-4 under 1024 output pixels.
+CPU_CHOICES_NATIVE_16BIT = [
+    ((1, 3, 96, 224), ("aten", "aten", "alexop")),
+    ((8, 1, 16, 63), ("aten", "aten", "alexop")),
+    ((1, 3, 96, 127), ("aten", "aten", "aten")),
+    ((8, 4, 96, 63), ("aten", "aten", "alexop")),
+    ((8, 8, 96, 227), ("aten", "aten", "aten")),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("size,want", CPU_CHOICES_NATIVE_16BIT, ids=lambda v: str(v))
+def test_cpu_native_16bit_choices(size, want, dtype, monkeypatch):
+    if not NATIVE_16BIT_CPU[dtype]:
+        pytest.skip(f"this CPU does not multiply {dtype} natively")
+    n, c, k, h = size
+    x, w, _ = make_inputs(n, c, k, h, h, dtype=dtype)
+    got = alexop.kernel_for(x, w)
+    assert tuple("aten" if v.endswith("_aten") else "alexop" for v in got.values()) == want, got
+    monkeypatch.setenv("ALEXOP_CPU_CAPABILITY", "default")  # a named instruction set: alexop's kernels
+    assert "aten" not in str(alexop.kernel_for(x, w))
+
+
 @pytest.mark.parametrize("size,want", CPU_CHOICES, ids=lambda v: str(v))
 def test_cpu_aten_where_alexop_is_slower(size, want, monkeypatch):
     n, c, k, h = size
     x, w, _ = make_inputs(n, c, k, h, h)
     got = alexop.kernel_for(x, w)
     assert tuple("aten" if v.endswith("_aten") else "alexop" for v in got.values()) == want, got
-    assert alexop.kernel_for(x.bfloat16(), w.bfloat16()) == got  # computed in float32
+    if not NATIVE_16BIT_CPU[torch.bfloat16]:
+        assert alexop.kernel_for(x.bfloat16(), w.bfloat16()) == got  # computed in float32
     assert "aten" not in str(alexop.kernel_for(x.double(), w.double()))  # ATen's float64 is its slow one
     monkeypatch.setenv("ALEXOP_CPU_CAPABILITY", "default")  # a named instruction set: alexop's kernels
     assert "aten" not in str(alexop.kernel_for(x, w))

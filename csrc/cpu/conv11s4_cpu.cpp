@@ -10,7 +10,8 @@
 // input gradient is the row micro-kernel on the same view of grad_output.
 // Weight gradients sum into per-slice partials added in a fixed order:
 // deterministic, and the same for any thread count up to 4. float16 and
-// bfloat16 (what CPU autocast produces) are computed in float32.
+// bfloat16 (what CPU autocast produces) are computed in float32, or by ATen
+// where the CPU multiplies them natively (select.h).
 
 #include "../conv11s4.h"
 #include "aten.h"
@@ -20,6 +21,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/aminmax.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/nan_to_num.h>
 #include <ATen/ops/zeros.h>
@@ -773,6 +775,22 @@ bool is_reduced(const at::Tensor& t) {
   return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
 }
 
+// Whether every element of a 16-bit result of ATen's is finite. Where not,
+// the op computes it again with alexop's kernels: oneDNN's native 16-bit
+// kernels do not place Inf and NaN where float64 F.conv2d does, alexop's do.
+// One pass over the storage as one row (a channels_last tensor reduced in
+// its own strides took 8x as long), without a float copy: a bfloat16 sum has
+// float32's range, finite exactly where every element is (an overflow only
+// costs the exact path); float16's would overflow, its least and greatest
+// are read instead (a NaN makes both NaN).
+bool finite(const at::Tensor& t) {
+  if (t.numel() == 0) return true;
+  const auto flat = t.is_non_overlapping_and_dense() ? t.as_strided({t.numel()}, {1}) : t;
+  if (t.scalar_type() == at::kBFloat16) return std::isfinite(flat.sum().item<float>());
+  const auto [lo, hi] = at::aminmax(flat);
+  return std::isfinite(lo.item<float>()) && std::isfinite(hi.item<float>());
+}
+
 const at::ScalarType kCpuTypes[] = {
     at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
 
@@ -784,6 +802,14 @@ at::Tensor conv11s4_cpu(
   const auto size = check_conv11s4(input, weight, bias_opt, padding);
   check_dtype("alexop.conv11s4", input, kCpuTypes, "CPU");
   const bool has_bias = bias_opt.has_value() && bias_opt->defined();
+  const int64_t out_size[] = {size[0].expect_int(), size[1].expect_int(),
+                              size[2].expect_int(), size[3].expect_int()};
+  const bool no_output = c10::multiply_integers(at::IntArrayRef(out_size)) == 0;
+  if (!no_output && cpu::aten_forward(cpu::problem(
+                    input.scalar_type(), input.sizes(), weight.size(0), padding))) {
+    auto output = cpu::forward_aten(input, weight, bias_opt, padding);
+    if (!is_reduced(input) || finite(output)) return output;
+  }
   if (is_reduced(input)) {
     const auto bias = has_bias
         ? std::optional<at::Tensor>(bias_opt->to(at::kFloat))
@@ -792,15 +818,8 @@ at::Tensor conv11s4_cpu(
                input.to(at::kFloat), weight.to(at::kFloat), bias, padding)
         .to(input.scalar_type());
   }
-  const int64_t out_size[] = {size[0].expect_int(), size[1].expect_int(),
-                              size[2].expect_int(), size[3].expect_int()};
-  if (c10::multiply_integers(at::IntArrayRef(out_size)) > 0 &&
-      cpu::aten_forward(cpu::problem(
-          input.scalar_type(), input.sizes(), weight.size(0), padding))) {
-    return cpu::forward_aten(input, weight, bias_opt, padding);
-  }
   const auto format = output_memory_format(input, weight);
-  if (c10::multiply_integers(at::IntArrayRef(out_size)) == 0) {
+  if (no_output) {
     return at::empty(out_size, input.options().memory_format(format));
   }
   auto output = at::empty(out_size, input.options().memory_format(format));
@@ -823,17 +842,18 @@ at::Tensor conv11s4_backward_input_cpu(
   check_conv11s4_backward_input(grad_output, weight, input_size_sym, padding);
   check_dtype(
       "alexop.conv11s4_backward_input", grad_output, kCpuTypes, "CPU");
+  const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
+  if (c10::multiply_integers(input_size) > 0 &&
+      cpu::aten_input_grad(cpu::problem(
+          grad_output.scalar_type(), input_size, weight.size(0), padding))) {
+    auto grad_input = cpu::input_grad_aten(grad_output, weight, input_size, padding);
+    if (!is_reduced(grad_output) || finite(grad_input)) return grad_input;
+  }
   if (is_reduced(grad_output)) {
     return conv11s4_backward_input_cpu(
                grad_output.to(at::kFloat), weight.to(at::kFloat),
                input_size_sym, padding)
         .to(grad_output.scalar_type());
-  }
-  const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
-  if (c10::multiply_integers(input_size) > 0 &&
-      cpu::aten_input_grad(cpu::problem(
-          grad_output.scalar_type(), input_size, weight.size(0), padding))) {
-    return cpu::input_grad_aten(grad_output, weight, input_size, padding);
   }
   const auto format = output_memory_format(grad_output, weight);
   if (c10::multiply_integers(input_size) == 0) {
@@ -857,21 +877,22 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cpu(
   const auto wsize =
       check_conv11s4_backward_weight(grad_output, input, padding);
   check_dtype("alexop.conv11s4_backward_weight", input, kCpuTypes, "CPU");
+  const int64_t K = wsize[0].expect_int(), C = wsize[1].expect_int();
+  if (input.size(0) == 0) {
+    return {at::zeros({K, C, kKernelSize, kKernelSize}, input.options()),
+            at::zeros({bias_grad ? K : 0}, input.options())};
+  }
+  if (cpu::aten_weight_grad(
+          cpu::problem(input.scalar_type(), input.sizes(), K, padding))) {
+    auto [grad_weight, grad_bias] = cpu::weight_grad_aten(grad_output, input, K, padding, bias_grad);
+    if (!is_reduced(input) || (finite(grad_weight) && finite(grad_bias))) return {grad_weight, grad_bias};
+  }
   if (is_reduced(input)) {
     auto [gw, gb] = conv11s4_backward_weight_cpu(
         grad_output.to(at::kFloat), input.to(at::kFloat), padding, bias_grad);
     return {gw.to(input.scalar_type()), gb.to(input.scalar_type())};
   }
-  const int64_t K = wsize[0].expect_int(), C = wsize[1].expect_int();
   auto grad_bias = at::zeros({bias_grad ? K : 0}, input.options());
-  if (input.size(0) == 0) {
-    return {at::zeros({K, C, kKernelSize, kKernelSize}, input.options()),
-            grad_bias};
-  }
-  if (cpu::aten_weight_grad(
-          cpu::problem(input.scalar_type(), input.sizes(), K, padding))) {
-    return cpu::weight_grad_aten(grad_output, input, K, padding, bias_grad);
-  }
   auto grad_weight = at::empty({K, C, kKernelSize, kKernelSize}, input.options());
   AT_DISPATCH_FLOATING_TYPES(
       input.scalar_type(), "conv11s4_backward_weight_cpu", [&] {

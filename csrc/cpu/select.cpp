@@ -3,11 +3,14 @@
 //
 //  1. float64                          -> alexop  [ATen's float64 convolution is its slow generic one]
 //  2. ALEXOP_CPU_CAPABILITY is set     -> alexop  [the named kernels for every shape: tests, A/B runs]
-// float32 (16-bit computes in float32):
-//  3. forward: few_filters(kMinForwardFilters) or small_problem    -> ATen
-//  4. weight gradient: few_filters(kMinWeightGradFilters) or small_problem -> ATen
-//  5. input gradient: many_channels                           -> ATen
-//  6. otherwise                                               -> alexop
+// float16 / bfloat16 the CPU multiplies natively (native_16bit):
+//  3. forward, weight gradient         -> ATen in that dtype  [oneDNN's 16-bit kernels beat alexop's float32 ones]
+//  4. input gradient: many_channels_16 -> ATen in that dtype
+// float32 (other 16-bit computes in float32, and these rules are asked of its float32 problem):
+//  5. forward: few_filters(kMinForwardFilters) or small_problem    -> ATen
+//  6. weight gradient: few_filters(kMinWeightGradFilters) or small_problem -> ATen
+//  7. input gradient: many_channels                           -> ATen
+//  8. otherwise                                               -> alexop
 //
 // ATen runs in the caller's layout, as the F.conv2d alexop replaces would,
 // and the thresholds are where alexop's kernels lose to that (an AVX-512
@@ -16,13 +19,19 @@
 // outweighs its faster loops on few output pixels, its 48-channel register
 // blocks idle under few filters (the weight gradient's less so), and its
 // space-to-depth input gradient computes 16 phase channels per input
-// channel.
+// channel. Against oneDNN's native 16-bit kernels only the input gradient
+// of 1-4 channels keeps its lead.
 
 #include "select.h"
 
 #include "../conv11s4.h"
 
 #include <cstdlib>
+#include <utility>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
 
 namespace alexop::cpu {
 namespace {
@@ -38,6 +47,30 @@ constexpr int64_t kMinForwardFilters = 48;
 constexpr int64_t kMinWeightGradFilters = 32;
 // The input gradient's channels beyond which oneDNN's is the faster.
 constexpr int64_t kMaxGradChannels = 8;
+// The fewest output pixels at which alexop's input gradient of 3-4 channels
+// beats oneDNN's native 16-bit one.
+constexpr int64_t k16Pixels = 1024;
+
+// float16 / bfloat16 multiplied natively: AVX512-BF16 dot products for
+// bfloat16, AVX512-FP16 arithmetic for float16 (CPUID leaf 7; the AVX-512
+// state enabled by the OS, as avx512f says). There ATen's convolution runs
+// oneDNN's 16-bit kernels; elsewhere it converts, or runs its slow generic
+// one, and alexop's float32 kernels win.
+bool native_16bit(c10::ScalarType dtype) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const auto flags = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0, a1 = 0;
+    __builtin_cpu_init();
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __get_cpuid_count(7, 0, &a, &b, &c, &d);
+    const bool fp16 = avx512 && (d >> 23 & 1);
+    const bool bf16 = avx512 && a >= 1 && __get_cpuid_count(7, 1, &a1, &b, &c, &d) && (a1 >> 5 & 1);
+    return std::pair<bool, bool>{bf16, fp16};
+  }();
+  return dtype == c10::ScalarType::BFloat16 ? flags.first : dtype == c10::ScalarType::Half && flags.second;
+#else
+  return false;
+#endif
+}
 
 bool alexop_always(const Problem& p) {
   const char* isa = std::getenv("ALEXOP_CPU_CAPABILITY");
@@ -53,6 +86,12 @@ bool small_problem(const Problem& p) { return pixels(p) < kFewPixels || (p.C < 4
 bool many_channels(const Problem& p) {
   return p.C > kMaxGradChannels || (p.C > 4 && pixels(p) < kFewPixels);
 }
+// Against oneDNN's native 16-bit input gradient alexop's wins at 1-2
+// channels, and at 3-4 from k16Pixels output pixels over the batch.
+bool many_channels_16(const Problem& p) { return p.C > 4 || (p.C > 2 && pixels(p) < k16Pixels); }
+bool is_16bit(const Problem& p) {
+  return p.dtype == c10::ScalarType::Half || p.dtype == c10::ScalarType::BFloat16;
+}
 
 }  // namespace
 
@@ -62,11 +101,19 @@ Problem problem(c10::ScalarType dtype, c10::IntArrayRef input_size, int64_t K, i
 }
 
 bool aten_forward(const Problem& p) {
-  return !alexop_always(p) && (few_filters(p, kMinForwardFilters) || small_problem(p));
+  if (alexop_always(p)) return false;
+  if (is_16bit(p)) return native_16bit(p.dtype);
+  return few_filters(p, kMinForwardFilters) || small_problem(p);
 }
 bool aten_weight_grad(const Problem& p) {
-  return !alexop_always(p) && (few_filters(p, kMinWeightGradFilters) || small_problem(p));
+  if (alexop_always(p)) return false;
+  if (is_16bit(p)) return native_16bit(p.dtype);
+  return few_filters(p, kMinWeightGradFilters) || small_problem(p);
 }
-bool aten_input_grad(const Problem& p) { return !alexop_always(p) && many_channels(p); }
+bool aten_input_grad(const Problem& p) {
+  if (alexop_always(p)) return false;
+  if (is_16bit(p)) return native_16bit(p.dtype) && many_channels_16(p);
+  return many_channels(p);
+}
 
 }  // namespace alexop::cpu
