@@ -46,8 +46,13 @@ def test_cpu_names(monkeypatch):
 # (N, C_in, C_out, H): where alexop's CPU kernels are slower than ATen's (oneDNN), ATen runs:
 # the forward under 48 filters, the weight gradient under 32, both under 512 output pixels
 # (55 x 55 with 1-3 channels); the input gradient beyond 8 channels, or beyond 4 under 512
-# pixels (csrc/cpu/select.cpp, docs/cpu.md).
+# pixels; the forward of a last 48-filter block a third full (64 filters) at 4 or more channels
+# under 55 x 55 output pixels, and so the weight gradient beyond 8 channels (csrc/cpu/select.cpp,
+# docs/cpu.md).
 CPU_CHOICES = [
+    ((8, 8, 64, 63), ("aten", "alexop", "alexop")),
+    ((8, 16, 64, 63), ("aten", "aten", "aten")),
+    ((8, 8, 96, 63), ("alexop", "alexop", "alexop")),
     ((1, 3, 96, 224), ("alexop", "alexop", "alexop")),  # AlexNet's conv1, one image
     ((2, 3, 8, 32), ("aten", "aten", "alexop")),
     ((8, 3, 32, 227), ("aten", "alexop", "alexop")),
@@ -57,6 +62,25 @@ CPU_CHOICES = [
     ((1, 6, 96, 63), ("aten", "aten", "aten")),
     ((8, 3, 64, 63), ("aten", "aten", "alexop")),
 ]
+
+
+# (N, C_in, C_out, H) from channels_last inputs, where oneDNN's channels_last kernels run: ATen's
+# forward from 8 channels up to 55 x 55 output pixels, and its weight gradient where the last
+# 48-filter block is a third full under 55 x 55 pixels.
+CPU_CHOICES_NHWC = [
+    ((1, 8, 96, 127), ("aten", "alexop", "alexop")),
+    ((8, 4, 64, 63), ("aten", "aten", "alexop")),
+    ((8, 3, 96, 224), ("alexop", "alexop", "alexop")),
+    ((1, 16, 96, 224), ("aten", "alexop", "aten")),
+]
+
+
+@pytest.mark.parametrize("size,want", CPU_CHOICES_NHWC, ids=lambda v: str(v))
+def test_cpu_aten_where_alexop_is_slower_channels_last(size, want):
+    n, c, k, h = size
+    x, w, _ = make_inputs(n, c, k, h, h)
+    got = alexop.kernel_for(x.to(memory_format=torch.channels_last), w)
+    assert tuple("aten" if v.endswith("_aten") else "alexop" for v in got.values()) == want, got
 
 
 # (N, C_in, C_out, H) in bfloat16 / float16 on a CPU that multiplies them natively: ATen's forward

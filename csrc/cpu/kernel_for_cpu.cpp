@@ -40,8 +40,10 @@ std::vector<std::string> kernel_for_cpu(const at::Tensor& input, const at::Tenso
     return {"none", "none", "none"};
   }
   const bool f64 = input.scalar_type() == at::kDouble;
-  const auto p = cpu::problem(input.scalar_type(), input.sizes(), weight.size(0), padding);
-  const auto compute = cpu::problem(f64 ? at::kDouble : at::kFloat, input.sizes(), weight.size(0), padding);
+  // grad_output as autograd makes it: the output's memory format
+  const auto format = output_memory_format(input, weight);
+  const auto p = cpu::problem(input.scalar_type(), input.sizes(), weight.size(0), padding, format);
+  const auto compute = cpu::problem(f64 ? at::kDouble : at::kFloat, input.sizes(), weight.size(0), padding, format);
   return f64 ? names<double>(p, compute, cpu::cpu_isa()) : names<float>(p, compute, cpu::cpu_isa());
 }
 

@@ -7,8 +7,10 @@
 //  3. forward, weight gradient         -> ATen in that dtype  [oneDNN's 16-bit kernels beat alexop's float32 ones]
 //  4. input gradient: many_channels_16 -> ATen in that dtype
 // float32 (other 16-bit computes in float32, and these rules are asked of its float32 problem):
-//  5. forward: few_filters(kMinForwardFilters) or small_problem    -> ATen
-//  6. weight gradient: few_filters(kMinWeightGradFilters) or small_problem -> ATen
+//  5. forward: few_filters(kMinForwardFilters), small_problem, small_sliver
+//     or small_nhwc                                           -> ATen
+//  6. weight gradient: few_filters(kMinWeightGradFilters), small_problem
+//     or small_sliver (channels_last, or more than 8 channels) -> ATen
 //  7. input gradient: many_channels                           -> ATen
 //  8. otherwise                                               -> alexop
 //
@@ -19,8 +21,9 @@
 // outweighs its faster loops on few output pixels, its 48-channel register
 // blocks idle under few filters (the weight gradient's less so), and its
 // space-to-depth input gradient computes 16 phase channels per input
-// channel. Against oneDNN's native 16-bit kernels only the input gradient
-// of 1-4 channels keeps its lead.
+// channel, and oneDNN's channels_last forward takes many channels well.
+// Against oneDNN's native 16-bit kernels only the input gradient of 1-4
+// channels keeps its lead.
 
 #include "select.h"
 
@@ -45,8 +48,9 @@ constexpr int64_t kFewPixels = 512;
 // gradient's accumulate over pixels and win from fewer.
 constexpr int64_t kMinForwardFilters = 48;
 constexpr int64_t kMinWeightGradFilters = 32;
-// The input gradient's channels beyond which oneDNN's is the faster.
-constexpr int64_t kMaxGradChannels = 8;
+// Channels beyond which oneDNN's input gradient is the faster, and its NCHW
+// weight gradient where small_sliver.
+constexpr int64_t kManyChannels = 8;
 // The fewest output pixels at which alexop's input gradient of 3-4 channels
 // beats oneDNN's native 16-bit one.
 constexpr int64_t k16Pixels = 1024;
@@ -83,8 +87,19 @@ bool few_filters(const Problem& p, int64_t min_filters) { return p.K < min_filte
 // gradient's fixed costs; 1-3 channels (the least work per pixel) need
 // one AlexNet image's worth.
 bool small_problem(const Problem& p) { return pixels(p) < kFewPixels || (p.C < 4 && pixels(p) < kOneImage); }
+// Under one AlexNet image's output pixels at 4 or more channels, a last
+// register block of 48 filters a third full or less (64 filters: 48 + 16)
+// costs more than oneDNN's kernels take (docs/cpu.md; 64 was measured,
+// 112, 160 and the like follow by the same block arithmetic).
+bool small_sliver(const Problem& p) {
+  const int64_t last = p.K % kMinForwardFilters;
+  return p.C >= 4 && pixels(p) < kOneImage && last != 0 && last <= kMinForwardFilters / 3;
+}
+// oneDNN's channels_last forward of 8 or more channels up to one AlexNet
+// image's output pixels.
+bool small_nhwc(const Problem& p) { return p.channels_last && p.C >= 8 && pixels(p) <= kOneImage; }
 bool many_channels(const Problem& p) {
-  return p.C > kMaxGradChannels || (p.C > 4 && pixels(p) < kFewPixels);
+  return p.C > kManyChannels || (p.C > 4 && pixels(p) < kFewPixels);
 }
 // Against oneDNN's native 16-bit input gradient alexop's wins at 1-2
 // channels, and at 3-4 from k16Pixels output pixels over the batch.
@@ -95,20 +110,23 @@ bool is_16bit(const Problem& p) {
 
 }  // namespace
 
-Problem problem(c10::ScalarType dtype, c10::IntArrayRef input_size, int64_t K, int64_t padding) {
+Problem problem(
+    c10::ScalarType dtype, c10::IntArrayRef input_size, int64_t K, int64_t padding, c10::MemoryFormat format) {
   const auto out = [&](int64_t d) { return (d + 2 * padding - kKernelSize) / kStride + 1; };
-  return {dtype, input_size[0], input_size[1], K, out(input_size[2]), out(input_size[3])};
+  return {dtype,          input_size[0], input_size[1], K, out(input_size[2]), out(input_size[3]),
+          format == c10::MemoryFormat::ChannelsLast};
 }
 
 bool aten_forward(const Problem& p) {
   if (alexop_always(p)) return false;
   if (is_16bit(p)) return native_16bit(p.dtype);
-  return few_filters(p, kMinForwardFilters) || small_problem(p);
+  return few_filters(p, kMinForwardFilters) || small_problem(p) || small_sliver(p) || small_nhwc(p);
 }
 bool aten_weight_grad(const Problem& p) {
   if (alexop_always(p)) return false;
   if (is_16bit(p)) return native_16bit(p.dtype);
-  return few_filters(p, kMinWeightGradFilters) || small_problem(p);
+  return few_filters(p, kMinWeightGradFilters) || small_problem(p) ||
+         (small_sliver(p) && (p.channels_last || p.C > kManyChannels));
 }
 bool aten_input_grad(const Problem& p) {
   if (alexop_always(p)) return false;
