@@ -17,7 +17,8 @@ timed a second time, alexop and cuDNN in both layouts in turn, each keeping its
 lower median. Writes <out>/shapes.json, shapes.md (the worst
 cases first) and shapes.png (speedup over the grid, if matplotlib is there).
 
-    python scripts/bench.py --shapes [--budget-s 540] [--mode ops|steps] [--grid issue27|channels] [--doc SECTION]
+    python scripts/bench.py --shapes [--budget-s 540] [--mode ops|steps] [--grid issue27|channels|odd-widths]
+                                     [--doc SECTION]
 """
 
 import argparse
@@ -77,7 +78,16 @@ def channels_grid():
     return dense + wide + single
 
 
-GRIDS = {"issue27": shape_grid, "channels": lambda seed: channels_grid()}
+def odd_widths_grid():
+    """1-4 channels at odd widths (the 16-bit weight gradient widens them by a zero column), each
+    beside the even width one narrower: 64 images of 63 / 127 / 227, 8 of 511, padding 0 and 2."""
+    images = [((h, h), (h, h - 1)) for h in (63, 127, 227)]
+    cases = [(64, c, k, hw, p) for pair in images for c in (1, 2, 3, 4) for k in (64, 96, 192) for p in (0, 2)
+             for hw in pair]
+    return cases + [(8, c, 96, hw, 2) for c in (1, 3) for hw in ((511, 511), (511, 510))]
+
+
+GRIDS = {"issue27": shape_grid, "channels": lambda seed: channels_grid(), "odd-widths": lambda seed: odd_widths_grid()}
 
 
 def fits(n, c, k, hw, p, dtype):
@@ -295,7 +305,8 @@ def main(argv=None):
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--grid", choices=list(GRIDS), default="issue27",
-                        help="issue27: the sampled grid above; channels: 4-16 input channels, dense")
+                        help="issue27: the sampled grid above; channels: 4-16 input channels, dense; "
+                             "odd-widths: 1-4 channels at odd widths beside the even width one narrower")
     parser.add_argument("--out", default="bench_results")
     parser.add_argument("--doc", metavar="SECTION", help="also write the table into docs/benchmarks.md")
     args = parser.parse_args(argv)
