@@ -22,12 +22,13 @@ step whose host time exceeds its GPU time is bound by the host.
     python scripts/bench.py --quick --doc h200    # also into docs/benchmarks.md, section "h200"
 
 On the CPU each case (batch, dtype, thread count, step) times alexop with NCHW
-and with channels_last input and ATen's convolution (oneDNN for float32) with
+and with channels_last input and ATen's convolution (oneDNN for float32, and
+for bfloat16 on CPUs with AVX512-BF16, where alexop runs ATen's too) with
 NCHW and with channels_last input and weight, interleaved call by call
 (A/B/C/D, B/C/D/A, ...) so a machine shared with other work slows all alike;
 "ratio" is the faster ATen layout's median over alexop's (above 1: alexop is
-faster). Defaults: batches 1 8 32, float32 and float64, this machine's core
-count and 1 thread:
+faster). Defaults: batches 1 8 32, float32, float64 and bfloat16, this
+machine's core count and 1 thread:
 
     python scripts/bench.py --device cpu --threads 2 1 --dtypes float32
 
@@ -349,8 +350,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer baselines; batch 256 unless --batches")
     parser.add_argument("--threads", type=int, nargs="+", default=sorted({os.cpu_count() or 1, 1}, reverse=True),
                         help="CPU only: thread counts to time, each in turn")
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"], choices=["float32", "float64"],
-                        help="CPU only")
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "float64", "bfloat16"],
+                        choices=["float32", "float64", "bfloat16", "float16"], help="CPU only")
     parser.add_argument("--out", default="bench_results")
     parser.add_argument("--doc", metavar="SECTION", help="also write the table into docs/benchmarks.md, section SECTION")
     parser.add_argument("--shapes", action="store_true", help="the grid of shapes instead (bench_shapes.py --help)")
