@@ -46,10 +46,12 @@ def test_cpu_names(monkeypatch):
 # (N, C_in, C_out, H): where alexop's CPU kernels are slower than ATen's (oneDNN), ATen runs:
 # the forward under 48 filters, the weight gradient under 32, both under 512 output pixels
 # (55 x 55 with 1-3 channels); the input gradient beyond 8 channels, or beyond 4 under 512
-# pixels; the forward of a last 48-filter block a third full (64 filters) at 4 or more channels
-# under 55 x 55 output pixels, and so the weight gradient beyond 8 channels (csrc/cpu/select.cpp,
-# docs/cpu.md).
+# pixels; the forward of 4 or more channels under 1600 output pixels, and of a last 48-filter
+# block a third full (64 filters) under 55 x 55, and so the weight gradient beyond 8 channels
+# (csrc/cpu/select.cpp, docs/cpu.md).
 CPU_CHOICES = [
+    ((4, 8, 96, 63), ("aten", "alexop", "alexop")),
+    ((1, 4, 192, 127), ("aten", "alexop", "alexop")),
     ((8, 8, 64, 63), ("aten", "alexop", "alexop")),
     ((8, 16, 64, 63), ("aten", "aten", "aten")),
     ((8, 8, 96, 63), ("alexop", "alexop", "alexop")),

@@ -7,8 +7,8 @@
 //  3. forward, weight gradient         -> ATen in that dtype  [oneDNN's 16-bit kernels beat alexop's float32 ones]
 //  4. input gradient: many_channels_16 -> ATen in that dtype
 // float32 (other 16-bit computes in float32, and these rules are asked of its float32 problem):
-//  5. forward: few_filters(kMinForwardFilters), small_problem, small_sliver
-//     or small_nhwc                                           -> ATen
+//  5. forward: few_filters(kMinForwardFilters), small_problem, small_forward,
+//     small_sliver or small_nhwc                              -> ATen
 //  6. weight gradient: few_filters(kMinWeightGradFilters), small_problem
 //     or small_sliver (channels_last, or more than 8 channels) -> ATen
 //  7. input gradient: many_channels                           -> ATen
@@ -51,6 +51,9 @@ constexpr int64_t kMinWeightGradFilters = 32;
 // Channels beyond which oneDNN's input gradient is the faster, and its NCHW
 // weight gradient where small_sliver.
 constexpr int64_t kManyChannels = 8;
+// The fewest output pixels at which alexop's forward of 4 or more channels
+// wins (docs/cpu.md: between 8 images of 14 x 14 outputs and of 15 x 15).
+constexpr int64_t kManyChannelForwardPixels = 1600;
 // The fewest output pixels at which alexop's input gradient of 3-4 channels
 // beats oneDNN's native 16-bit one.
 constexpr int64_t k16Pixels = 1024;
@@ -95,6 +98,9 @@ bool small_sliver(const Problem& p) {
   const int64_t last = p.K % kMinForwardFilters;
   return p.C >= 4 && pixels(p) < kOneImage && last != 0 && last <= kMinForwardFilters / 3;
 }
+// The forward of 4 or more channels on few output pixels: the weights'
+// transform and the bands' packing halo outweigh the products.
+bool small_forward(const Problem& p) { return p.C >= 4 && pixels(p) < kManyChannelForwardPixels; }
 // oneDNN's channels_last forward of 8 or more channels up to one AlexNet
 // image's output pixels.
 bool small_nhwc(const Problem& p) { return p.channels_last && p.C >= 8 && pixels(p) <= kOneImage; }
@@ -120,7 +126,8 @@ Problem problem(
 bool aten_forward(const Problem& p) {
   if (alexop_always(p)) return false;
   if (is_16bit(p)) return native_16bit(p.dtype);
-  return few_filters(p, kMinForwardFilters) || small_problem(p) || small_sliver(p) || small_nhwc(p);
+  return few_filters(p, kMinForwardFilters) || small_problem(p) || small_forward(p) || small_sliver(p) ||
+         small_nhwc(p);
 }
 bool aten_weight_grad(const Problem& p) {
   if (alexop_always(p)) return false;
