@@ -47,9 +47,11 @@ def test_cpu_names(monkeypatch):
 # the forward under 48 filters, the weight gradient under 32, both under 512 output pixels
 # (55 x 55 with 1-3 channels); the input gradient beyond 8 channels, or beyond 4 under 512
 # pixels; the forward of 4 or more channels under 1600 output pixels, and of a last 48-filter
-# block a third full (64 filters) under 55 x 55, and so the weight gradient beyond 8 channels
-# (csrc/cpu/select.cpp, docs/cpu.md).
+# block a third full (64 filters) under 55 x 55, and so the weight gradient beyond 8 channels;
+# the NCHW weight gradient of 1-3 channels at 64 filters (csrc/cpu/select.cpp, docs/cpu.md).
 CPU_CHOICES = [
+    ((8, 1, 64, 224), ("alexop", "aten", "alexop")),
+    ((8, 4, 64, 224), ("alexop", "alexop", "alexop")),
     ((4, 8, 96, 63), ("aten", "alexop", "alexop")),
     ((1, 4, 192, 127), ("aten", "alexop", "alexop")),
     ((8, 8, 64, 63), ("aten", "alexop", "alexop")),
@@ -74,6 +76,7 @@ CPU_CHOICES_NHWC = [
     ((8, 4, 64, 63), ("aten", "aten", "alexop")),
     ((8, 3, 96, 224), ("alexop", "alexop", "alexop")),
     ((1, 16, 96, 224), ("aten", "alexop", "aten")),
+    ((8, 3, 64, 224), ("alexop", "alexop", "alexop")),
 ]
 
 

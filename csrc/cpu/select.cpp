@@ -9,8 +9,9 @@
 // float32 (other 16-bit computes in float32, and these rules are asked of its float32 problem):
 //  5. forward: few_filters(kMinForwardFilters), small_problem, small_forward,
 //     small_sliver or small_nhwc                              -> ATen
-//  6. weight gradient: few_filters(kMinWeightGradFilters), small_problem
-//     or small_sliver (channels_last, or more than 8 channels) -> ATen
+//  6. weight gradient: few_filters(kMinWeightGradFilters), small_problem,
+//     thin_weight_grad or small_sliver (channels_last, or more than 8
+//     channels)                                               -> ATen
 //  7. input gradient: many_channels                           -> ATen
 //  8. otherwise                                               -> alexop
 //
@@ -101,6 +102,12 @@ bool small_sliver(const Problem& p) {
 // The forward of 4 or more channels on few output pixels: the weights'
 // transform and the bands' packing halo outweigh the products.
 bool small_forward(const Problem& p) { return p.C >= 4 && pixels(p) < kManyChannelForwardPixels; }
+// The weight gradient of 1-3 channels from NCHW at 49-64 filters: its
+// second 48-filter block a third used, where oneDNN's NCHW weight gradient
+// of so few channels is quick (from 4 channels it is slow; docs/cpu.md).
+bool thin_weight_grad(const Problem& p) {
+  return !p.channels_last && p.C < 4 && p.K > kMinForwardFilters && p.K <= kMinForwardFilters * 4 / 3;
+}
 // oneDNN's channels_last forward of 8 or more channels up to one AlexNet
 // image's output pixels.
 bool small_nhwc(const Problem& p) { return p.channels_last && p.C >= 8 && pixels(p) <= kOneImage; }
@@ -132,7 +139,7 @@ bool aten_forward(const Problem& p) {
 bool aten_weight_grad(const Problem& p) {
   if (alexop_always(p)) return false;
   if (is_16bit(p)) return native_16bit(p.dtype);
-  return few_filters(p, kMinWeightGradFilters) || small_problem(p) ||
+  return few_filters(p, kMinWeightGradFilters) || small_problem(p) || thin_weight_grad(p) ||
          (small_sliver(p) && (p.channels_last || p.C > kManyChannels));
 }
 bool aten_input_grad(const Problem& p) {
