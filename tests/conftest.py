@@ -32,7 +32,6 @@ def wgmma_kernels_run():
     return alexop.kernel_for(x, w, 2)["input_grad"].startswith("dgrad_gmma")
 
 
-
 def _cpu_flags():
     try:
         with open("/proc/cpuinfo") as f:
@@ -43,7 +42,8 @@ def _cpu_flags():
 
 # The 16-bit dtypes this CPU multiplies natively (AVX512-BF16, AVX512-FP16): there ATen's
 # oneDNN kernels run them, and alexop's CPU ops hand their forward and weight gradient to ATen.
-NATIVE_16BIT_CPU = {torch.bfloat16: "avx512_bf16" in _cpu_flags(), torch.float16: "avx512_fp16" in _cpu_flags()}
+_FLAGS = _cpu_flags()
+NATIVE_16BIT_CPU = {torch.bfloat16: "avx512_bf16" in _FLAGS, torch.float16: "avx512_fp16" in _FLAGS}
 
 DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 
