@@ -56,6 +56,13 @@ SHAPES = [
     (1, 16, 384, 19, 23, 2),
     (1, 7, 130, 15, 47, 1),
     (2, 12, 17, 26, 12, 0),
+    # 5 and 7 vectors of filters (80 and 112 at 16 lanes, 40 and 56 at 8) and of the input
+    # gradient's 16 phases x channels (5 and 7 channels at 16 lanes): blocks of 2-4 vectors with
+    # a zero-padded one
+    (2, 5, 80, 33, 29, 2),
+    (1, 7, 112, 27, 35, 1),
+    (1, 2, 40, 21, 25, 3),
+    (2, 3, 56, 24, 22, 4),
 ]
 
 

@@ -72,15 +72,22 @@ Bands bands(int64_t extent, int64_t images, int64_t max_rows) {
                       std::max(ceil_div(extent, max_rows), wanted), 1, extent)};
 }
 
-// The blocking that pads nvec vectors of output channels least (the first
-// listed among equals).
+// The blocking that computes nvec vectors of output channels in the least
+// time (the first listed among equals): the fewest vectors, padding
+// included, where a blocking one vector wide costs kNarrowCost of a wider
+// one's per vector: its input broadcasts serve one vector of channels, not
+// 2-4, and its loads bound it (docs/cpu.md: 5 single vectors were slower
+// than 6 in blocks of 3 on every instruction set).
+constexpr int64_t kNarrowCost = 13;  // tenths
 template <typename T>
 const cpu::RowConvTiles<T>& blocking(const cpu::RowConvTiles<T>* sets,
                                      int nsets, int64_t nvec) {
+  const auto cost = [&](int i) {
+    return ceil_div(nvec, sets[i].kv) * sets[i].kv * (sets[i].kv == 1 ? kNarrowCost : 10);
+  };
   int best = 0;
   for (const auto i : c10::irange(1, nsets)) {
-    if (ceil_div(nvec, sets[i].kv) * sets[i].kv <
-        ceil_div(nvec, sets[best].kv) * sets[best].kv) {
+    if (cost(i) < cost(best)) {
       best = i;
     }
   }
