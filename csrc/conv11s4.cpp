@@ -33,6 +33,11 @@ TORCH_LIBRARY(alexop, m) {
   // tensors' sizes, dtypes and layouts alone: the selection tests without a
   // GPU. CUDA builds only.
   m.def("_kernel_for_gpu(Tensor input, Tensor weight, int padding, str gpu) -> str[]");
+  // What _kernel_for would answer on a CPU of a named kind ("default",
+  // "avx2", "avx512", "avx512_bf16", "avx512_fp16": the instruction sets the
+  // CPU choices differ by), from the tensors' sizes, dtypes and layouts
+  // alone: the CPU selection tests on any CPU.
+  m.def("_kernel_for_cpu(Tensor input, Tensor weight, int padding, str cpu) -> str[]");
 }
 
 at::Tensor conv11s4(

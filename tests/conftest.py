@@ -44,6 +44,11 @@ def _cpu_flags():
 # oneDNN kernels run them, and alexop's CPU ops hand their forward and weight gradient to ATen.
 _FLAGS = _cpu_flags()
 NATIVE_16BIT_CPU = {torch.bfloat16: "avx512_bf16" in _FLAGS, torch.float16: "avx512_fp16" in _FLAGS}
+# This CPU as alexop._kernel_for_cpu names CPUs (the choices differ by instruction set and native
+# 16-bit arithmetic).
+HOST_CPU = (("avx512_fp16" if {"avx512_fp16", "avx512_bf16"} <= _FLAGS else "avx512_bf16" if "avx512_bf16" in _FLAGS else "avx512")
+            if {"avx512f", "avx512dq", "avx512bw", "avx512vl", "fma"} <= _FLAGS
+            else "avx2" if {"avx2", "fma"} <= _FLAGS else "default")
 
 DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 

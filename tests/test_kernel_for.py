@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import alexop
-from conftest import NATIVE_16BIT_CPU, make_inputs, needs_cuda, precision, sm80_kernels_forced, wgmma_kernels_run
+from conftest import HOST_CPU, make_inputs, needs_cuda, precision, sm80_kernels_forced, wgmma_kernels_run
 from test_every_shape import (
     FIRST_LAYER_CHOICES,
     HOPPER_CHUNK_CHOICES,
@@ -26,29 +26,64 @@ def _cpu_names(forward_and_weight_grad, isa):
             "weight_grad": f"cpu_wgrad_{forward_and_weight_grad}_{isa}", "input_grad": f"cpu_dgrad_s2d_{isa}"}
 
 
+def _named_cpu(cpu, n, c, k, h, dtype=torch.float32, channels_last=False, padding=2):
+    """_kernel_for_cpu's names for a CPU of the named kind, from meta tensors' sizes."""
+    x = torch.empty(n, c, h, h, device="meta", dtype=dtype)
+    x = x.to(memory_format=torch.channels_last) if channels_last else x
+    return dict(zip(KEYS, torch.ops.alexop._kernel_for_cpu(x, torch.empty(k, c, 11, 11, device="meta", dtype=dtype),
+                                                            padding, cpu)))
+
+
+def _runs(names):
+    """kernel_for's names as "aten" or "alexop", forward, weight gradient, input gradient."""
+    return tuple("aten" if v.endswith("_aten") else "alexop" for v in names.values())
+
+
 def test_cpu_names(monkeypatch):
-    # Winograd with AVX-512 for float32, direct otherwise; float16 and bfloat16 run in float32, but
-    # where the CPU multiplies them natively ATen runs their forward and weight gradient;
-    # ALEXOP_CPU_CAPABILITY=default gives the same names on every CPU.
+    # This CPU answers as the kind it is named by (conftest.HOST_CPU); float16 and bfloat16 run in
+    # float32 but where the CPU multiplies them natively; ALEXOP_CPU_CAPABILITY=default gives the
+    # portable kernels' names for every shape on every CPU.
     x, w, _ = make_inputs(1, 3, 96, 224, 224)
-    best = alexop.kernel_for(x, w)
-    assert best in [_cpu_names("winograd", "avx512"), _cpu_names("direct", "avx2"), _cpu_names("direct", "default")]
-    for dtype in (torch.float16, torch.bfloat16):
-        native = {"forward": "cpu_fwd_aten", "weight_grad": "cpu_wgrad_aten"} if NATIVE_16BIT_CPU[dtype] else {}
-        assert alexop.kernel_for(x.to(dtype), w.to(dtype)) == {**best, **native}
-    assert alexop.kernel_for(x.double(), w.double())["forward"].startswith("cpu_fwd_direct_")
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        assert alexop.kernel_for(x.to(dtype), w.to(dtype)) == _named_cpu(HOST_CPU, 1, 3, 96, 224, dtype)
     monkeypatch.setenv("ALEXOP_CPU_CAPABILITY", "default")
     assert alexop.kernel_for(x, w) == _cpu_names("direct", "default")
+    assert alexop.kernel_for(x.bfloat16(), w.bfloat16()) == _cpu_names("direct", "default")
     assert alexop.kernel_for(x, w, padding=0) == _cpu_names("direct", "default")
     assert alexop.kernel_for(x[:0], w) == dict.fromkeys(KEYS, "none")
 
 
-# (N, C_in, C_out, H): where alexop's CPU kernels are slower than ATen's (oneDNN), ATen runs:
-# the forward under 48 filters, the weight gradient under 32, both under 512 output pixels
-# (55 x 55 with 1-3 channels); the input gradient beyond 8 channels, or beyond 4 under 512
-# pixels; the forward of 4 or more channels under 1600 output pixels, and of a last 48-filter
-# block a third full (64 filters) under 55 x 55, and so the weight gradient beyond 8 channels;
-# the NCHW weight gradient of 1-3 channels at 64 filters (csrc/cpu/select.cpp, docs/cpu.md).
+# AlexNet's conv1 on one image, per kind of CPU: Winograd with AVX-512 for float32, direct with
+# AVX2; the portable kernels' forward and input gradient lose to oneDNN's beyond 16 filters.
+# float64 runs alexop's kernels everywhere (ATen's is its slow generic convolution).
+@pytest.mark.parametrize("cpu,want", [
+    ("avx512", _cpu_names("winograd", "avx512")),
+    ("avx2", _cpu_names("direct", "avx2")),
+    ("default", {"forward": "cpu_fwd_aten", "weight_grad": "cpu_wgrad_direct_default", "input_grad": "cpu_dgrad_aten"}),
+])
+def test_named_cpu_names(cpu, want):
+    assert _named_cpu(cpu, 1, 3, 96, 224) == want
+    assert "aten" not in str(_named_cpu(cpu, 1, 3, 96, 224, torch.float64))
+    assert _named_cpu(cpu, 1, 3, 96, 224, torch.bfloat16) == want  # computed in float32
+
+
+def test_named_cpu_checks_its_arguments():
+    schema = str(torch.ops.alexop._kernel_for_cpu.default._schema)
+    assert schema == "alexop::_kernel_for_cpu(Tensor input, Tensor weight, int padding, str cpu) -> str[]"
+    with pytest.raises(RuntimeError, match='expected cpu to be "default", "avx2", "avx512", "avx512_bf16" or '
+                                           '"avx512_fp16", but got "neon"'):
+        _named_cpu("neon", 1, 3, 96, 224)
+    with pytest.raises(RuntimeError, match="padding >= 0"):
+        _named_cpu("avx2", 1, 3, 96, 224, padding=-1)
+    assert _named_cpu("avx2", 0, 3, 96, 224) == dict.fromkeys(KEYS, "none")
+
+
+# (N, C_in, C_out, H) on AVX-512, against oneDNN's AVX-512 kernels: ATen runs the forward under 48
+# filters, the weight gradient under 32, both under 512 output pixels (55 x 55 with 1-3
+# channels); the input gradient beyond 8 channels, or beyond 4 under 512 pixels; the forward of
+# 4 or more channels under 1600 output pixels, and of a last 48-filter block a third full (64
+# filters) under 55 x 55, and so the weight gradient beyond 8 channels; the NCHW weight gradient
+# of 1-3 channels at 64 filters (csrc/cpu/select.cpp, docs/cpu.md).
 CPU_CHOICES = [
     ((1, 3, 96, 224), ("alexop", "alexop", "alexop")),  # AlexNet's conv1, one image
     ((2, 3, 8, 32), ("aten", "aten", "alexop")),
@@ -68,14 +103,20 @@ CPU_CHOICES = [
 ]
 
 
-def _runs(names):
-    """kernel_for's names as "aten" or "alexop", forward, weight gradient, input gradient."""
-    return tuple("aten" if v.endswith("_aten") else "alexop" for v in names.values())
+@pytest.mark.parametrize("size,want", CPU_CHOICES, ids=lambda v: str(v))
+def test_cpu_aten_where_alexop_is_slower(size, want):
+    assert _runs(_named_cpu("avx512", *size)) == want
+    # bfloat16 computes in float32 without AVX512-BF16; with it, ATen's native forward and
+    # weight gradient run
+    assert _runs(_named_cpu("avx512", *size, torch.bfloat16)) == want
+    assert _runs(_named_cpu("avx512_bf16", *size, torch.bfloat16))[:2] == ("aten", "aten")
+    assert _runs(_named_cpu("avx512_bf16", *size, torch.float16)) == want
+    assert "aten" not in str(_named_cpu("avx512", *size, torch.float64))
 
 
-# (N, C_in, C_out, H) from channels_last inputs, where oneDNN's channels_last kernels run: ATen's
-# forward from 8 channels up to 55 x 55 output pixels, and its weight gradient where the last
-# 48-filter block is a third full under 55 x 55 pixels.
+# (N, C_in, C_out, H) from channels_last inputs on AVX-512, where oneDNN's channels_last kernels
+# run: ATen's forward from 8 channels up to 55 x 55 output pixels, and its weight gradient where
+# the last 48-filter block is a third full under 55 x 55 pixels.
 CPU_CHOICES_NHWC = [
     ((1, 8, 96, 127), ("aten", "alexop", "alexop")),
     ((8, 4, 64, 63), ("aten", "aten", "alexop")),
@@ -87,10 +128,7 @@ CPU_CHOICES_NHWC = [
 
 @pytest.mark.parametrize("size,want", CPU_CHOICES_NHWC, ids=lambda v: str(v))
 def test_cpu_aten_where_alexop_is_slower_channels_last(size, want):
-    n, c, k, h = size
-    x, w, _ = make_inputs(n, c, k, h, h)
-    got = alexop.kernel_for(x.to(memory_format=torch.channels_last), w)
-    assert _runs(got) == want, got
+    assert _runs(_named_cpu("avx512", *size, channels_last=True)) == want
 
 
 # (N, C_in, C_out, H) in bfloat16 / float16 on a CPU that multiplies them natively: ATen's forward
@@ -106,31 +144,82 @@ CPU_CHOICES_NATIVE_16BIT = [
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("size,want", CPU_CHOICES_NATIVE_16BIT, ids=lambda v: str(v))
-def test_cpu_native_16bit_choices(size, want, dtype, monkeypatch):
-    if not NATIVE_16BIT_CPU[dtype]:
-        pytest.skip(f"this CPU does not multiply {dtype} natively")
-    n, c, k, h = size
-    x, w, _ = make_inputs(n, c, k, h, h, dtype=dtype)
-    got = alexop.kernel_for(x, w)
-    assert _runs(got) == want, got
-    monkeypatch.setenv("ALEXOP_CPU_CAPABILITY", "default")  # a named instruction set: alexop's kernels
-    assert "aten" not in str(alexop.kernel_for(x, w))
+def test_cpu_native_16bit_choices(size, want, dtype):
+    assert _runs(_named_cpu("avx512_fp16", *size, dtype)) == want
 
 
-@pytest.mark.parametrize("size,want", CPU_CHOICES, ids=lambda v: str(v))
-def test_cpu_aten_where_alexop_is_slower(size, want, monkeypatch):
-    n, c, k, h = size
-    x, w, _ = make_inputs(n, c, k, h, h)
-    got = alexop.kernel_for(x, w)
-    assert _runs(got) == want, got
-    bf16 = alexop.kernel_for(x.bfloat16(), w.bfloat16())
-    if NATIVE_16BIT_CPU[torch.bfloat16]:  # ATen's native forward and weight gradient
-        assert _runs(bf16)[:2] == ("aten", "aten"), bf16
-    else:
-        assert bf16 == got  # computed in float32
-    assert "aten" not in str(alexop.kernel_for(x.double(), w.double()))  # ATen's float64 is its slow one
-    monkeypatch.setenv("ALEXOP_CPU_CAPABILITY", "default")  # a named instruction set: alexop's kernels
-    assert "aten" not in str(alexop.kernel_for(x, w))
+# (N, C_in, C_out, H, channels_last) with AVX2, against oneDNN held to AVX2 (a grid on one AVX-512
+# CPU, docs/cpu.md): the direct kernels win the forward but from channels_last inputs of 5 or
+# more channels under 64 filters or 55 x 55 output pixels; ATen's channels_last weight gradient
+# is as fast from 17 filters or 8 channels; its input gradient from 8 channels (4 under 512
+# output pixels); both ATen's under 512 output pixels of 3 or more channels and 48 filters.
+CPU_CHOICES_AVX2 = [
+    ((1, 3, 96, 224, False), ("alexop", "alexop", "alexop")),
+    ((8, 3, 96, 224, True), ("alexop", "aten", "alexop")),
+    ((8, 1, 16, 224, True), ("alexop", "alexop", "alexop")),
+    ((1, 3, 96, 63, False), ("aten", "aten", "alexop")),
+    ((1, 1, 96, 63, False), ("alexop", "alexop", "alexop")),
+    ((8, 8, 96, 63, True), ("aten", "aten", "aten")),
+    ((8, 8, 96, 224, True), ("alexop", "aten", "aten")),
+    ((8, 16, 32, 224, True), ("aten", "aten", "aten")),
+    ((8, 16, 96, 224, False), ("alexop", "alexop", "aten")),
+    ((8, 4, 64, 63, False), ("alexop", "alexop", "alexop")),
+    ((1, 4, 64, 63, True), ("aten", "aten", "aten")),
+    ((8, 6, 64, 127, False), ("alexop", "alexop", "alexop")),
+]
+
+
+@pytest.mark.parametrize("size,want", CPU_CHOICES_AVX2, ids=lambda v: str(v))
+def test_cpu_aten_where_avx2_kernels_are_slower(size, want):
+    *size, channels_last = size
+    assert _runs(_named_cpu("avx2", *size, channels_last=channels_last)) == want
+
+
+# The portable kernels (no AVX2: aarch64 and others), against oneDNN held to SSE4.1 on the same
+# CPU (not measured on aarch64): they win the forward and input gradient at 16 filters or fewer
+# (the input gradient under 8 channels, 4 under 512 output pixels), the weight gradient up to 96
+# filters but 64-96 under 512 output pixels of 3 or more channels.
+CPU_CHOICES_PORTABLE = [
+    ((1, 3, 96, 224, False), ("aten", "alexop", "aten")),
+    ((8, 3, 16, 224, False), ("alexop", "alexop", "alexop")),
+    ((8, 8, 16, 224, True), ("alexop", "alexop", "aten")),
+    ((1, 4, 16, 63, False), ("alexop", "alexop", "aten")),
+    ((8, 3, 192, 224, False), ("aten", "aten", "aten")),
+    ((1, 3, 96, 63, True), ("aten", "aten", "aten")),
+    ((1, 1, 96, 63, True), ("aten", "alexop", "aten")),
+    ((8, 16, 64, 63, False), ("aten", "alexop", "aten")),
+]
+
+
+@pytest.mark.parametrize("size,want", CPU_CHOICES_PORTABLE, ids=lambda v: str(v))
+def test_cpu_aten_where_portable_kernels_are_slower(size, want):
+    *size, channels_last = size
+    assert _runs(_named_cpu("default", *size, channels_last=channels_last)) == want
+
+
+@pytest.mark.parametrize("cpu", ["default", "avx2", "avx512", "avx512_bf16", "avx512_fp16"])
+def test_float64_and_forced_kernels_never_run_aten(cpu, monkeypatch):
+    # ATen's float64 convolution is its slow generic one; ALEXOP_CPU_CAPABILITY names alexop's
+    # kernels for every shape (this CPU's answers; a CPU named is asked as it would answer unset)
+    for size in [s for s, _ in CPU_CHOICES]:
+        assert "aten" not in str(_named_cpu(cpu, *size, torch.float64))
+    monkeypatch.setenv("ALEXOP_CPU_CAPABILITY", "default")
+    for size, _ in CPU_CHOICES:
+        x, w, _ = make_inputs(*size, size[-1], dtype=torch.bfloat16)
+        assert "aten" not in str(alexop.kernel_for(x, w))
+
+
+# This CPU's _kernel_for agrees with _kernel_for_cpu of the kind it is named, on every shape above.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+def test_named_cpu_agrees_with_this_cpu(dtype, monkeypatch):
+    monkeypatch.delenv("ALEXOP_CPU_CAPABILITY", raising=False)
+    sizes = [(*s, False) for s, _ in CPU_CHOICES] + [(*s, True) for s, _ in CPU_CHOICES_NHWC] + \
+        [s for s, _ in CPU_CHOICES_AVX2 + CPU_CHOICES_PORTABLE]
+    for n, c, k, h, channels_last in sizes:
+        x = torch.empty(n, c, h, h, dtype=dtype)
+        x = x.to(memory_format=torch.channels_last) if channels_last else x
+        got = alexop.kernel_for(x, torch.empty(k, c, 11, 11, dtype=dtype))
+        assert got == _named_cpu(HOST_CPU, n, c, k, h, dtype, channels_last), (n, c, k, h, channels_last)
 
 
 def test_checks_arguments_like_the_forward():

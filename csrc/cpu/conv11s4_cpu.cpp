@@ -814,7 +814,7 @@ at::Tensor conv11s4_cpu(
   const bool no_output = c10::multiply_integers(at::IntArrayRef(out_size)) == 0;
   if (!no_output && cpu::aten_forward(cpu::problem(
                     input.scalar_type(), input.sizes(), weight.size(0), padding,
-                    output_memory_format(input, weight)))) {
+                    output_memory_format(input, weight), cpu::this_cpu()))) {
     auto output = cpu::forward_aten(input, weight, bias_opt, padding);
     if (!is_reduced(input) || finite(output)) return output;
   }
@@ -854,7 +854,7 @@ at::Tensor conv11s4_backward_input_cpu(
   if (c10::multiply_integers(input_size) > 0 &&
       cpu::aten_input_grad(cpu::problem(
           grad_output.scalar_type(), input_size, weight.size(0), padding,
-          output_memory_format(grad_output, weight)))) {
+          output_memory_format(grad_output, weight), cpu::this_cpu()))) {
     auto grad_input = cpu::input_grad_aten(grad_output, weight, input_size, padding);
     if (!is_reduced(grad_output) || finite(grad_input)) return grad_input;
   }
@@ -893,7 +893,7 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cpu(
   }
   if (cpu::aten_weight_grad(cpu::problem(
           input.scalar_type(), input.sizes(), K, padding,
-          output_memory_format(input, grad_output)))) {
+          output_memory_format(input, grad_output), cpu::this_cpu()))) {
     auto [grad_weight, grad_bias] = cpu::weight_grad_aten(grad_output, input, K, padding, bias_grad);
     if (!is_reduced(input) || (finite(grad_weight) && finite(grad_bias))) return {grad_weight, grad_bias};
   }

@@ -1,11 +1,12 @@
-// alexop::_kernel_for on the CPU: the kernels conv11s4_cpu.cpp runs, read
-// from the same selector (select.h: "cpu_*_aten" where ATen's convolution
-// runs, in float16 / bfloat16 too where the CPU multiplies them natively) and
-// tables: Winograd where the instruction set has it for the dtype (float16
-// and bfloat16 otherwise run in float32), else direct, and the input gradient
-// by space-to-depth; each named with the instruction set. "none" where the
-// result is empty. Where a Winograd result comes out non-finite, the direct
-// kernel computes it again; the name is the first choice's.
+// alexop::_kernel_for on the CPU, and _kernel_for_cpu for a CPU named: the
+// kernels conv11s4_cpu.cpp runs, read from the same selector (select.h:
+// "cpu_*_aten" where ATen's convolution runs, in float16 / bfloat16 too
+// where the CPU multiplies them natively) and tables: Winograd where the
+// instruction set has it for the dtype (float16 and bfloat16 otherwise run
+// in float32), else direct, and the input gradient by space-to-depth; each
+// named with the instruction set. "none" where the result is empty. Where a
+// Winograd result comes out non-finite, the direct kernel computes it again;
+// the name is the first choice's.
 
 #include "../conv11s4.h"
 #include "kernels.h"
@@ -22,9 +23,9 @@ namespace {
 // p: the op's problem; compute: the same in the dtype alexop's kernels
 // compute in, asked where ATen does not take p (as the ops do).
 template <typename T>
-std::vector<std::string> names(const cpu::Problem& p, const cpu::Problem& compute, cpu::Isa isa) {
-  const auto& k = cpu::kernels<T>(isa);
-  const std::string suffix = cpu::isa_name(isa);
+std::vector<std::string> names(const cpu::Problem& p, const cpu::Problem& compute) {
+  const auto& k = cpu::kernels<T>(p.cpu.isa);
+  const std::string suffix = cpu::isa_name(p.cpu.isa);
   return {cpu::aten_forward(p) || cpu::aten_forward(compute)
               ? "cpu_fwd_aten"
               : std::string("cpu_fwd_") + (k.winograd_input ? "winograd_" : "direct_") + suffix,
@@ -34,7 +35,8 @@ std::vector<std::string> names(const cpu::Problem& p, const cpu::Problem& comput
           cpu::aten_input_grad(p) || cpu::aten_input_grad(compute) ? "cpu_dgrad_aten" : "cpu_dgrad_s2d_" + suffix};
 }
 
-std::vector<std::string> kernel_for_cpu(const at::Tensor& input, const at::Tensor& weight, int64_t padding) {
+std::vector<std::string> kernel_names(
+    const at::Tensor& input, const at::Tensor& weight, int64_t padding, const cpu::Cpu& cpu) {
   const auto size = check_conv11s4(input, weight, std::nullopt, padding);
   if (size[0].expect_int() == 0) {
     return {"none", "none", "none"};
@@ -42,15 +44,34 @@ std::vector<std::string> kernel_for_cpu(const at::Tensor& input, const at::Tenso
   const bool f64 = input.scalar_type() == at::kDouble;
   // grad_output as autograd makes it: the output's memory format
   const auto format = output_memory_format(input, weight);
-  const auto p = cpu::problem(input.scalar_type(), input.sizes(), weight.size(0), padding, format);
-  const auto compute = cpu::problem(f64 ? at::kDouble : at::kFloat, input.sizes(), weight.size(0), padding, format);
-  return f64 ? names<double>(p, compute, cpu::cpu_isa()) : names<float>(p, compute, cpu::cpu_isa());
+  const auto p = cpu::problem(input.scalar_type(), input.sizes(), weight.size(0), padding, format, cpu);
+  const auto compute =
+      cpu::problem(f64 ? at::kDouble : at::kFloat, input.sizes(), weight.size(0), padding, format, cpu);
+  return f64 ? names<double>(p, compute) : names<float>(p, compute);
+}
+
+std::vector<std::string> kernel_for_cpu(const at::Tensor& input, const at::Tensor& weight, int64_t padding) {
+  return kernel_names(input, weight, padding, cpu::this_cpu());
+}
+
+// The names on a CPU of the kind named (select.h), from the tensors' sizes,
+// dtypes and layouts alone, whatever their device. The kernel tables of an
+// instruction set this build lacks (x86's on other machines) name the
+// portable ones.
+std::vector<std::string> kernel_for_named_cpu(
+    const at::Tensor& input, const at::Tensor& weight, int64_t padding, c10::string_view cpu) {
+  return kernel_names(input, weight, padding, cpu::named_cpu(std::string_view(cpu.data(), cpu.size())));
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(alexop, CPU, m) {
   m.impl("_kernel_for", &kernel_for_cpu);
+}
+
+// Any device: it reads sizes, dtypes and layouts only.
+TORCH_LIBRARY_IMPL(alexop, CompositeExplicitAutograd, m) {
+  m.impl("_kernel_for_cpu", &kernel_for_named_cpu);
 }
 
 }  // namespace alexop

@@ -1,36 +1,47 @@
 // The CPU ops' choice between alexop's kernels and ATen's convolution
 // (select.h). Rules, first match wins:
 //
-//  1. float64                          -> alexop  [ATen's float64 convolution is its slow generic one]
-//  2. ALEXOP_CPU_CAPABILITY is set     -> alexop  [the named kernels for every shape: tests, A/B runs]
-// float16 / bfloat16 the CPU multiplies natively (native_16bit):
-//  3. forward, weight gradient         -> ATen in that dtype  [oneDNN's 16-bit kernels beat alexop's float32 ones]
-//  4. input gradient: many_channels_16 -> ATen in that dtype
-// float32 (other 16-bit computes in float32, and these rules are asked of its float32 problem):
-//  5. forward: few_filters(kMinForwardFilters), small_problem, small_forward,
-//     small_sliver or small_nhwc                              -> ATen
-//  6. weight gradient: few_filters(kMinWeightGradFilters), small_problem,
-//     thin_weight_grad or small_sliver (channels_last, or more than 8
-//     channels)                                               -> ATen
-//  7. input gradient: many_channels                           -> ATen
-//  8. otherwise                                               -> alexop
+//  1. float64, or ALEXOP_CPU_CAPABILITY set -> alexop  [ATen's float64 convolution is its slow
+//                                              generic one; the variable names alexop's kernels
+//                                              for every shape: tests, A/B runs]
+// float16 / bfloat16 the CPU multiplies natively:
+//  2. forward, weight gradient         -> ATen in that dtype  [oneDNN's 16-bit kernels beat alexop's float32 ones]
+//  3. input gradient: many_channels_16 -> ATen in that dtype
+// float32 (other 16-bit computes in float32, and these rules are asked of its float32 problem),
+// by the instruction set of alexop's kernels, each against oneDNN's kernels of the same set:
+//  4. AVX-512 (Winograd forward and weight gradient):
+//     forward: few_filters(kMinForwardFilters), small_problem, small_forward, small_sliver or
+//     small_nhwc; weight gradient: few_filters(kMinWeightGradFilters), small_problem,
+//     thin_weight_grad or small_sliver (channels_last, or more than 8 channels);
+//     input gradient: many_channels                           -> ATen
+//  5. AVX2 (direct): forward: tiny or nhwc_many_channels; weight gradient: tiny or
+//     nhwc_weight_grad; input gradient: many_channels_direct  -> ATen
+//  6. no AVX2 (portable, e.g. aarch64): forward: many_portable_filters; weight gradient:
+//     many_portable_weight_grad_filters; input gradient: many_portable_filters or
+//     many_channels_direct                                    -> ATen
+//  7. otherwise                                               -> alexop
 //
 // ATen runs in the caller's layout, as the F.conv2d alexop replaces would,
-// and the thresholds are where alexop's kernels lose to that (an AVX-512
-// grid against oneDNN, docs/cpu.md; other instruction sets were not
-// measured): alexop's per-call work (the weights' transforms and packing)
-// outweighs its faster loops on few output pixels, its 48-channel register
-// blocks idle under few filters (the weight gradient's less so), and its
-// space-to-depth input gradient computes 16 phase channels per input
-// channel, and oneDNN's channels_last forward takes many channels well.
-// Against oneDNN's native 16-bit kernels only the input gradient of 1-4
-// channels keeps its lead.
+// and the thresholds are where alexop's kernels lose to that (grids against
+// oneDNN, docs/cpu.md: AVX-512 measured; AVX2 and the portable kernels
+// measured on the same CPU with oneDNN held to AVX2 / SSE4.1, not on aarch64):
+// alexop's per-call work (the weights' transforms and packing) outweighs its
+// faster loops on few output pixels, its 48-channel register blocks idle
+// under few filters (the weight gradient's less so), and its space-to-depth
+// input gradient computes 16 phase channels per input channel, and oneDNN's
+// channels_last kernels take many channels well. The direct kernels win
+// less: the forward by 1.1-1.5x with AVX2, the portable ones only under few
+// filters, where oneDNN's 4-lane kernels are weak. Against oneDNN's native
+// 16-bit kernels only the input gradient of 1-4 channels keeps its lead.
 
 #include "select.h"
 
 #include "../conv11s4.h"
 
+#include <c10/util/Exception.h>
+
 #include <cstdlib>
+#include <string>
 #include <utility>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -58,32 +69,37 @@ constexpr int64_t kManyChannelForwardPixels = 1600;
 // The fewest output pixels at which alexop's input gradient of 3-4 channels
 // beats oneDNN's native 16-bit one.
 constexpr int64_t k16Pixels = 1024;
+// Channels: the direct kernels' input gradient loses to oneDNN's from 4 on
+// few output pixels (from kManyChannels on any), their channels_last
+// forward beyond 4.
+constexpr int64_t kFewChannels = 4;
+// Filters: where oneDNN's AVX2 and SSE4.1 kernels are weakest (one block of
+// the portable kernels), and the fewest at which alexop's AVX2
+// channels_last forward of many channels wins.
+constexpr int64_t kFewFilters = 16;
+constexpr int64_t kNhwcForwardFilters = 64;
 
-// float16 / bfloat16 multiplied natively: AVX512-BF16 dot products for
-// bfloat16, AVX512-FP16 arithmetic for float16 (CPUID leaf 7; the AVX-512
-// state enabled by the OS, as avx512f says). There ATen's convolution runs
-// oneDNN's 16-bit kernels; elsewhere it converts, or runs its slow generic
-// one, and alexop's float32 kernels win.
-bool native_16bit(c10::ScalarType dtype) {
+// AVX512-BF16 dot products for bfloat16, AVX512-FP16 arithmetic for float16
+// (CPUID leaf 7; the AVX-512 state enabled by the OS, as avx512f says).
+// There ATen's convolution runs oneDNN's 16-bit kernels; elsewhere it
+// converts, or runs its slow generic one, and alexop's float32 kernels win.
+std::pair<bool, bool> native_16bit() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  static const auto flags = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0, a1 = 0;
-    __builtin_cpu_init();
-    const bool avx512 = __builtin_cpu_supports("avx512f") && __get_cpuid_count(7, 0, &a, &b, &c, &d);
-    const bool fp16 = avx512 && (d >> 23 & 1);
-    const bool bf16 = avx512 && a >= 1 && __get_cpuid_count(7, 1, &a1, &b, &c, &d) && (a1 >> 5 & 1);
-    return std::pair<bool, bool>{bf16, fp16};
-  }();
-  return dtype == c10::ScalarType::BFloat16 ? flags.first : dtype == c10::ScalarType::Half && flags.second;
+  unsigned a = 0, b = 0, c = 0, d = 0, a1 = 0;
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __get_cpuid_count(7, 0, &a, &b, &c, &d);
+  const bool fp16 = avx512 && (d >> 23 & 1);
+  const bool bf16 = avx512 && a >= 1 && __get_cpuid_count(7, 1, &a1, &b, &c, &d) && (a1 >> 5 & 1);
+  return {bf16, fp16};
 #else
-  return false;
+  return {false, false};
 #endif
 }
 
-bool alexop_always(const Problem& p) {
-  const char* isa = std::getenv("ALEXOP_CPU_CAPABILITY");
-  return p.dtype == c10::ScalarType::Double || (isa != nullptr && *isa != '\0');
+bool native(const Problem& p) {
+  return p.dtype == c10::ScalarType::BFloat16 ? p.cpu.bf16 : p.dtype == c10::ScalarType::Half && p.cpu.fp16;
 }
+bool alexop_always(const Problem& p) { return p.dtype == c10::ScalarType::Double || p.cpu.forced; }
 
 int64_t pixels(const Problem& p) { return p.N * p.P * p.Q; }
 bool few_filters(const Problem& p, int64_t min_filters) { return p.K < min_filters; }
@@ -121,31 +137,99 @@ bool is_16bit(const Problem& p) {
   return p.dtype == c10::ScalarType::Half || p.dtype == c10::ScalarType::BFloat16;
 }
 
+// The direct kernels (AVX2, portable), without Winograd's fewer products.
+// Few output pixels of 3 or more channels and a full block of filters:
+// the per-call packing outweighs the products.
+bool tiny(const Problem& p) { return pixels(p) < kFewPixels && p.C >= 3 && p.K >= kMinForwardFilters; }
+// oneDNN's channels_last AVX2 forward of 5 or more channels: faster under
+// 64 filters, and under one AlexNet image's output pixels.
+bool nhwc_many_channels(const Problem& p) {
+  return p.channels_last && p.C > kFewChannels && (p.K < kNhwcForwardFilters || pixels(p) < kOneImage);
+}
+// oneDNN's channels_last AVX2 weight gradient, as fast as alexop's or
+// faster but for one block of filters of a few channels or few pixels.
+bool nhwc_weight_grad(const Problem& p) {
+  return p.channels_last && (p.K > kFewFilters || p.C >= kManyChannels) && pixels(p) >= kFewPixels;
+}
+// oneDNN's input gradient against the direct kernels' (16 phase channels
+// per input channel).
+bool many_channels_direct(const Problem& p) {
+  return p.C >= kManyChannels || (p.C >= kFewChannels && pixels(p) < kFewPixels);
+}
+// The portable kernels win against oneDNN's 4-lane (SSE4.1) ones where
+// those are weak: the forward and input gradient up to kFewFilters filters,
+// the weight gradient up to two 48-filter blocks (one on few output pixels).
+bool many_portable_filters(const Problem& p) { return p.K > kFewFilters; }
+bool many_portable_weight_grad_filters(const Problem& p) {
+  return p.K > 2 * kMinForwardFilters || (tiny(p) && p.K > kMinForwardFilters);
+}
+
 }  // namespace
 
+Cpu this_cpu() {
+  static const auto flags = native_16bit();
+  const char* isa = std::getenv("ALEXOP_CPU_CAPABILITY");
+  return {cpu_isa(), flags.first, flags.second, isa != nullptr && *isa != '\0'};
+}
+
+Cpu named_cpu(std::string_view name) {
+  if (name == "default") return {Isa::kDefault, false, false, false};
+  if (name == "avx2") return {Isa::kAvx2, false, false, false};
+  if (name == "avx512") return {Isa::kAvx512, false, false, false};
+  if (name == "avx512_bf16") return {Isa::kAvx512, true, false, false};
+  if (name == "avx512_fp16") return {Isa::kAvx512, true, true, false};
+  TORCH_CHECK(false, "alexop._kernel_for_cpu: expected cpu to be \"default\", \"avx2\", \"avx512\", ",
+              "\"avx512_bf16\" or \"avx512_fp16\", but got \"", std::string(name), "\"");
+}
+
 Problem problem(
-    c10::ScalarType dtype, c10::IntArrayRef input_size, int64_t K, int64_t padding, c10::MemoryFormat format) {
+    c10::ScalarType dtype, c10::IntArrayRef input_size, int64_t K, int64_t padding, c10::MemoryFormat format,
+    const Cpu& cpu) {
   const auto out = [&](int64_t d) { return (d + 2 * padding - kKernelSize) / kStride + 1; };
   return {dtype,          input_size[0], input_size[1], K, out(input_size[2]), out(input_size[3]),
-          format == c10::MemoryFormat::ChannelsLast};
+          format == c10::MemoryFormat::ChannelsLast, cpu};
 }
 
 bool aten_forward(const Problem& p) {
   if (alexop_always(p)) return false;
-  if (is_16bit(p)) return native_16bit(p.dtype);
-  return few_filters(p, kMinForwardFilters) || small_problem(p) || small_forward(p) || small_sliver(p) ||
-         small_nhwc(p);
+  if (is_16bit(p)) return native(p);
+  switch (p.cpu.isa) {
+    case Isa::kAvx512:
+      return few_filters(p, kMinForwardFilters) || small_problem(p) || small_forward(p) || small_sliver(p) ||
+             small_nhwc(p);
+    case Isa::kAvx2:
+      return tiny(p) || nhwc_many_channels(p);
+    case Isa::kDefault:
+      return many_portable_filters(p);
+  }
+  return false;
 }
 bool aten_weight_grad(const Problem& p) {
   if (alexop_always(p)) return false;
-  if (is_16bit(p)) return native_16bit(p.dtype);
-  return few_filters(p, kMinWeightGradFilters) || small_problem(p) || thin_weight_grad(p) ||
-         (small_sliver(p) && (p.channels_last || p.C > kManyChannels));
+  if (is_16bit(p)) return native(p);
+  switch (p.cpu.isa) {
+    case Isa::kAvx512:
+      return few_filters(p, kMinWeightGradFilters) || small_problem(p) || thin_weight_grad(p) ||
+             (small_sliver(p) && (p.channels_last || p.C > kManyChannels));
+    case Isa::kAvx2:
+      return tiny(p) || nhwc_weight_grad(p);
+    case Isa::kDefault:
+      return many_portable_weight_grad_filters(p);
+  }
+  return false;
 }
 bool aten_input_grad(const Problem& p) {
   if (alexop_always(p)) return false;
-  if (is_16bit(p)) return native_16bit(p.dtype) && many_channels_16(p);
-  return many_channels(p);
+  if (is_16bit(p)) return native(p) && many_channels_16(p);
+  switch (p.cpu.isa) {
+    case Isa::kAvx512:
+      return many_channels(p);
+    case Isa::kAvx2:
+      return many_channels_direct(p);
+    case Isa::kDefault:
+      return many_portable_filters(p) || many_channels_direct(p);
+  }
+  return false;
 }
 
 }  // namespace alexop::cpu
