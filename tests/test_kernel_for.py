@@ -82,8 +82,8 @@ def test_named_cpu_checks_its_arguments():
 # filters, the weight gradient under 32, both under 512 output pixels (55 x 55 with 1-3
 # channels); the input gradient beyond 8 channels, or beyond 4 under 512 pixels; the forward of
 # 4 or more channels under 1600 output pixels, and of a last 48-filter block a third full (64
-# filters) under 55 x 55, and so the weight gradient beyond 8 channels; the NCHW weight gradient
-# of 1-3 channels at 64 filters (csrc/cpu/select.cpp, docs/cpu.md).
+# filters) under 55 x 55, and so the weight gradient beyond 8 channels (csrc/cpu/select.cpp,
+# docs/cpu.md).
 CPU_CHOICES = [
     ((1, 3, 96, 224), ("alexop", "alexop", "alexop")),  # AlexNet's conv1, one image
     ((2, 3, 8, 32), ("aten", "aten", "alexop")),
@@ -98,7 +98,8 @@ CPU_CHOICES = [
     ((8, 8, 64, 63), ("aten", "alexop", "alexop")),
     ((8, 16, 64, 63), ("aten", "aten", "aten")),
     ((8, 8, 96, 63), ("alexop", "alexop", "alexop")),
-    ((8, 1, 64, 224), ("alexop", "aten", "alexop")),
+    ((8, 1, 64, 224), ("alexop", "alexop", "alexop")),
+    ((32, 3, 64, 224), ("alexop", "alexop", "alexop")),  # torchvision's AlexNet conv1
     ((8, 4, 64, 224), ("alexop", "alexop", "alexop")),
 ]
 

@@ -34,6 +34,7 @@
 #endif
 
 #include <algorithm>
+#include <iterator>
 #include <atomic>
 #include <cmath>
 #include <cstddef>
@@ -73,18 +74,11 @@ Bands bands(int64_t extent, int64_t images, int64_t max_rows) {
 }
 
 // The blocking that computes nvec vectors of output channels in the least
-// time (the first listed among equals): the fewest vectors, padding
-// included, where a blocking one vector wide costs kNarrowCost of a wider
-// one's per vector: its input broadcasts serve one vector of channels, not
-// 2-4, and its loads bound it (docs/cpu.md: 5 single vectors were slower
-// than 6 in blocks of 3 on every instruction set).
-constexpr int64_t kNarrowCost = 13;  // tenths
-template <typename T>
-const cpu::RowConvTiles<T>& blocking(const cpu::RowConvTiles<T>* sets,
-                                     int nsets, int64_t nvec) {
-  const auto cost = [&](int i) {
-    return ceil_div(nvec, sets[i].kv) * sets[i].kv * (sets[i].kv == 1 ? kNarrowCost : 10);
-  };
+// time: the fewest vectors, padding included, each at its blocking's cost
+// (the first listed among equals).
+template <typename Tiles>
+const Tiles& blocking(const Tiles* sets, int nsets, int64_t nvec) {
+  const auto cost = [&](int i) { return ceil_div(nvec, sets[i].kv) * sets[i].kv * sets[i].cost; };
   int best = 0;
   for (const auto i : c10::irange(1, nsets)) {
     if (cost(i) < cost(best)) {
@@ -595,7 +589,8 @@ bool weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
                           T* grad_bias) {
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t K = dy.size(1), P = dy.size(2), Q = dy.size(3);
-  const int64_t B = kern.winograd_grad_kv * kern.lanes, blocks = ceil_div(K, B);
+  const auto& grad = blocking(kern.winograd_grad, std::size(kern.winograd_grad), ceil_div(K, kern.lanes));
+  const int64_t B = grad.kv * kern.lanes, blocks = ceil_div(K, B);
   const int64_t lanes = 16 * C;
   const int64_t I = ceil_div(P, 2), J = ceil_div(Q, 2);  // tiles
   const int64_t max_rows = 2;
@@ -606,7 +601,11 @@ bool weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
   const int64_t dyt_size = blocks * 2 * max_rows * Q * B;
   // transformed input [xi][tile][c][a][nu][b], grad_output [kb][xi nu][tile]
   const int64_t v_stride = max_rows * J * C * 64;
-  const int64_t d_plane = max_rows * J * B;
+  // an odd number of cache lines apart: the 16 planes the grad_output
+  // transform writes at once fall in one L1 set where that is 4 KB (32
+  // filters a block, 16 tiles a row)
+  const int64_t line = 64 / sizeof(T);
+  const int64_t d_plane = (max_rows * J * B / line | 1) * line;
   std::atomic<bool> finite{true};
   sum_over_slices<T>(
       N, I, max_rows, s_size + blocks * B,
@@ -644,7 +643,7 @@ bool weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
           for (const auto kb : c10::irange(blocks)) {
             for (const auto c : c10::irange(C)) {
               for (const auto half : c10::irange(2)) {  // row phases 2h, 2h+1
-                kern.winograd_grad(
+                grad.fn(
                     v + e / 4 * v_stride + c * 64 + half * 32 + e % 4 * 4, 0,
                     C * 64, 16, d + (kb * 16 + e) * d_plane, 1, rows * J,
                     part + ((e * blocks + kb) * lanes + c * 16 + half * 8) * B);
@@ -706,7 +705,7 @@ void weight_grad(const at::Tensor& dy, const at::Tensor& x, int64_t pad,
                  T* grad_weight, T* grad_bias) {
   const auto& kern = cpu::kernels<T>(cpu::cpu_isa());
   // as the forward: non-finite results are computed again directly
-  if (kern.winograd_grad != nullptr &&
+  if (kern.winograd_grad[0].fn != nullptr &&
       weight_grad_winograd(kern, dy, x, pad, grad_weight, grad_bias)) {
     return;
   }

@@ -31,7 +31,7 @@ std::vector<std::string> names(const cpu::Problem& p, const cpu::Problem& comput
               : std::string("cpu_fwd_") + (k.winograd_input ? "winograd_" : "direct_") + suffix,
           cpu::aten_weight_grad(p) || cpu::aten_weight_grad(compute)
               ? "cpu_wgrad_aten"
-              : std::string("cpu_wgrad_") + (k.winograd_grad ? "winograd_" : "direct_") + suffix,
+              : std::string("cpu_wgrad_") + (k.winograd_grad[0].fn ? "winograd_" : "direct_") + suffix,
           cpu::aten_input_grad(p) || cpu::aten_input_grad(compute) ? "cpu_dgrad_aten" : "cpu_dgrad_s2d_" + suffix};
 }
 

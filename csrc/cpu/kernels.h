@@ -42,6 +42,7 @@ constexpr int kMaxLanes = 64;
 template <typename T>
 struct RowConvTiles {
   int kv;
+  int cost;  // a vector's time relative to the widest blockings', in tenths
   int m[4];
   RowConvFn<T> fn[4];
 };
@@ -56,6 +57,15 @@ template <typename T>
 using WgradFn = void (*)(const T* x, int64_t xstep, int64_t xstride,
                          int64_t rstride, const T* dyt, int64_t rows,
                          int64_t Q, T* acc);
+
+// One register blocking of the weight gradient: kv vectors of output
+// channels (B = kv * lanes).
+template <typename T>
+struct WgradTiles {
+  int kv;
+  int cost;  // as RowConvTiles'
+  WgradFn<T> fn;
+};
 
 // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: between the
 // tiles' pixel-major and the tensors' channel-major layouts.
@@ -103,8 +113,9 @@ struct Kernels {
   WinogradOutputFn<T> winograd_output;
   RowConvTiles<T> winograd_products[4];  // S = 4, the forward's blockings
   WinogradGradInputFn<T> winograd_grad_input;
-  int winograd_grad_kv;
-  WgradFn<T> winograd_grad;  // R = 2, S = 4
+  // R = 2, S = 4; 3 vectors of output channels, and 2 where 3 pads a
+  // third more (64 filters at 16 lanes: 4 vectors, not 6)
+  WgradTiles<T> winograd_grad[2];
 };
 
 template <typename T>

@@ -167,7 +167,7 @@ Kernels<T> make(Blockings... blockings) {
   using V = Vec<T>;
   auto k = make_kernels<V, 2>(&transpose_blocks<V>, blockings...);
   if constexpr (sizeof(T) == 4) {
-    add_winograd<V, 3>(k, &winograd_input, blockings...);
+    add_winograd<V, 3, 2>(k, &winograd_input, blockings...);
   }
   return k;
 }

@@ -275,7 +275,10 @@ RowConvTiles<typename V::T> tiles(Blocking<KV, M>) {
   static_assert(M >= 4 && M <= kMaxTilePixels,
                 "tails are split into 4, 2 and 1 pixels");
   static_assert(KV * V::kLanes <= kMaxLanes, "blocks of at most kMaxLanes");
+  // one vector wide, a tile's input broadcasts serve one vector of
+  // channels, not 2-4, and its loads bound it (docs/cpu.md)
   return {KV,
+          KV == 1 ? 13 : 10,
           {M, 4, 2, 1},
           {&row_conv<V, KV, M, S>, &row_conv<V, KV, 4, S>,
            &row_conv<V, KV, 2, S>, &row_conv<V, KV, 1, S>}};
@@ -301,7 +304,7 @@ Kernels<typename V::T> make_kernels(TransposeFn<typename V::T> transpose,
 
 // The Winograd forward's and weight gradient's functions, for an
 // instruction set that has them.
-template <class V, int GradKV, class... Blockings>
+template <class V, int WideKV, int NarrowKV, class... Blockings>
 void add_winograd(Kernels<typename V::T>& k,
                   WinogradInputFn<typename V::T> input,
                   Blockings... blockings) {
@@ -310,9 +313,11 @@ void add_winograd(Kernels<typename V::T>& k,
   int i = 0;
   ((k.winograd_products[i++] = tiles<V, 4>(blockings)), ...);
   k.winograd_grad_input = &winograd_grad_input<V>;
-  static_assert(GradKV * V::kLanes <= kMaxLanes, "blocks of at most kMaxLanes");
-  k.winograd_grad_kv = GradKV;
-  k.winograd_grad = &wgrad_taps<V, GradKV, 2, 4>;
+  static_assert(WideKV * V::kLanes <= kMaxLanes, "blocks of at most kMaxLanes");
+  // the narrow blocks' per-block work (grad_output transforms, calls) made
+  // 8 vectors of them slower than 9 wide ones at batch 1 (docs/cpu.md)
+  k.winograd_grad[0] = {WideKV, 10, &wgrad_taps<V, WideKV, 2, 4>};
+  k.winograd_grad[1] = {NarrowKV, 12, &wgrad_taps<V, NarrowKV, 2, 4>};
 }
 
 }  // namespace alexop::cpu::ALEXOP_CPU_ISA

@@ -11,8 +11,8 @@
 // by the instruction set of alexop's kernels, each against oneDNN's kernels of the same set:
 //  4. AVX-512 (Winograd forward and weight gradient):
 //     forward: few_filters(kMinForwardFilters), small_problem, small_forward, small_sliver or
-//     small_nhwc; weight gradient: few_filters(kMinWeightGradFilters), small_problem,
-//     thin_weight_grad or small_sliver (channels_last, or more than 8 channels);
+//     small_nhwc; weight gradient: few_filters(kMinWeightGradFilters), small_problem
+//     or small_sliver (channels_last, or more than 8 channels);
 //     input gradient: many_channels                           -> ATen
 //  5. AVX2 (direct): forward: tiny or nhwc_many_channels; weight gradient: tiny or
 //     nhwc_weight_grad; input gradient: many_channels_direct  -> ATen
@@ -118,12 +118,6 @@ bool small_sliver(const Problem& p) {
 // The forward of 4 or more channels on few output pixels: the weights'
 // transform and the bands' packing halo outweigh the products.
 bool small_forward(const Problem& p) { return p.C >= 4 && pixels(p) < kManyChannelForwardPixels; }
-// The weight gradient of 1-3 channels from NCHW at 49-64 filters: its
-// second 48-filter block a third used, where oneDNN's NCHW weight gradient
-// of so few channels is quick (from 4 channels it is slow; docs/cpu.md).
-bool thin_weight_grad(const Problem& p) {
-  return !p.channels_last && p.C < 4 && p.K > kMinForwardFilters && p.K <= kMinForwardFilters * 4 / 3;
-}
 // oneDNN's channels_last forward of 8 or more channels up to one AlexNet
 // image's output pixels.
 bool small_nhwc(const Problem& p) { return p.channels_last && p.C >= 8 && pixels(p) <= kOneImage; }
@@ -209,7 +203,7 @@ bool aten_weight_grad(const Problem& p) {
   if (is_16bit(p)) return native(p);
   switch (p.cpu.isa) {
     case Isa::kAvx512:
-      return few_filters(p, kMinWeightGradFilters) || small_problem(p) || thin_weight_grad(p) ||
+      return few_filters(p, kMinWeightGradFilters) || small_problem(p) ||
              (small_sliver(p) && (p.channels_last || p.C > kManyChannels));
     case Isa::kAvx2:
       return tiny(p) || nhwc_weight_grad(p);
