@@ -187,6 +187,14 @@ void pack_grad_transposed(const Strided<T>& dy, int64_t K, int64_t p0, int64_t r
       transpose(in, dy.c, kn, pixels, out, B);
       continue;
     }
+    if (dy.c == 1) {  // channels_last: a pixel's channels are one run already
+      for (const auto i : c10::irange(rows)) {
+        for (const auto q : c10::irange(Q)) {
+          std::copy_n(in + i * dy.h + q * dy.w, kn, out + (i * Q + q) * B);
+        }
+      }
+      continue;
+    }
     for (const auto j : c10::irange(kn)) {
       for (const auto i : c10::irange(rows)) {
         for (const auto q : c10::irange(Q)) {
