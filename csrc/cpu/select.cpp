@@ -107,10 +107,9 @@ bool few_filters(const Problem& p, int64_t min_filters) { return p.K < min_filte
 // gradient's fixed costs; 1-3 channels (the least work per pixel) need
 // one AlexNet image's worth.
 bool small_problem(const Problem& p) { return pixels(p) < kFewPixels || (p.C < 4 && pixels(p) < kOneImage); }
-// Under one AlexNet image's output pixels at 4 or more channels, a last
-// register block of 48 filters a third full or less (64 filters: 48 + 16)
-// costs more than oneDNN's kernels take (docs/cpu.md; 64 was measured,
-// 112, 160 and the like follow by the same block arithmetic).
+// Under one AlexNet image's output pixels at 4 or more channels, 64 filters
+// lost to oneDNN's kernels (docs/cpu.md: measured at 64 only; 112, 160 and
+// the like, the same count past a multiple of 48, are taken to follow).
 bool small_sliver(const Problem& p) {
   const int64_t last = p.K % kMinForwardFilters;
   return p.C >= 4 && pixels(p) < kOneImage && last != 0 && last <= kMinForwardFilters / 3;
