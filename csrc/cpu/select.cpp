@@ -11,8 +11,7 @@
 // by the instruction set of alexop's kernels, each against oneDNN's kernels of the same set:
 //  4. AVX-512 (Winograd forward and weight gradient):
 //     forward: few_filters(kMinForwardFilters), small_problem, small_forward, small_sliver or
-//     small_nhwc; weight gradient: few_filters(kMinWeightGradFilters), small_problem
-//     or small_sliver (channels_last, or more than 8 channels);
+//     small_nhwc; weight gradient: few_filters(kMinWeightGradFilters) or small_problem;
 //     input gradient: many_channels                           -> ATen
 //  5. AVX2 (direct): forward: tiny or nhwc_many_channels; weight gradient: tiny or
 //     nhwc_weight_grad; input gradient: many_channels_direct  -> ATen
@@ -60,8 +59,7 @@ constexpr int64_t kFewPixels = 512;
 // gradient's accumulate over pixels and win from fewer.
 constexpr int64_t kMinForwardFilters = 48;
 constexpr int64_t kMinWeightGradFilters = 32;
-// Channels beyond which oneDNN's input gradient is the faster, and its NCHW
-// weight gradient where small_sliver.
+// Channels beyond which oneDNN's input gradient is the faster.
 constexpr int64_t kManyChannels = 8;
 // The fewest output pixels at which alexop's forward of 4 or more channels
 // wins (docs/cpu.md: between 8 images of 14 x 14 outputs and of 15 x 15).
@@ -202,8 +200,7 @@ bool aten_weight_grad(const Problem& p) {
   if (is_16bit(p)) return native(p);
   switch (p.cpu.isa) {
     case Isa::kAvx512:
-      return few_filters(p, kMinWeightGradFilters) || small_problem(p) ||
-             (small_sliver(p) && (p.channels_last || p.C > kManyChannels));
+      return few_filters(p, kMinWeightGradFilters) || small_problem(p);
     case Isa::kAvx2:
       return tiny(p) || nhwc_weight_grad(p);
     case Isa::kDefault:
