@@ -115,13 +115,16 @@ def test_cpu_aten_where_alexop_is_slower(size, want):
 
 
 # (N, C_in, C_out, H) from channels_last inputs on AVX-512, where oneDNN's channels_last kernels
-# run: ATen's forward from 8 channels up to 55 x 55 output pixels.
+# run: ATen's forward from 8 channels up to 55 x 55 output pixels, its weight gradient from 8
+# channels under 900.
 CPU_CHOICES_NHWC = [
     ((1, 8, 96, 127), ("aten", "alexop", "alexop")),
     ((8, 4, 64, 63), ("aten", "alexop", "alexop")),
     ((8, 3, 96, 224), ("alexop", "alexop", "alexop")),
     ((1, 16, 96, 224), ("aten", "alexop", "aten")),
     ((8, 3, 64, 224), ("alexop", "alexop", "alexop")),
+    ((1, 16, 64, 99), ("aten", "aten", "aten")),
+    ((1, 8, 128, 139), ("aten", "alexop", "alexop")),
 ]
 
 

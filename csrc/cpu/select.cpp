@@ -11,7 +11,8 @@
 // by the instruction set of alexop's kernels, each against oneDNN's kernels of the same set:
 //  4. AVX-512 (Winograd forward and weight gradient):
 //     forward: few_filters(kMinForwardFilters), small_problem, small_forward, small_sliver or
-//     small_nhwc; weight gradient: few_filters(kMinWeightGradFilters) or small_problem;
+//     small_nhwc; weight gradient: few_filters(kMinWeightGradFilters), small_problem or
+//     small_nhwc_weight_grad;
 //     input gradient: many_channels                           -> ATen
 //  5. AVX2 (direct): forward: tiny or nhwc_many_channels; weight gradient: tiny or
 //     nhwc_weight_grad; input gradient: many_channels_direct  -> ATen
@@ -67,6 +68,9 @@ constexpr int64_t kManyChannelForwardPixels = 1600;
 // The fewest output pixels at which alexop's input gradient of 3-4 channels
 // beats oneDNN's native 16-bit one.
 constexpr int64_t k16Pixels = 1024;
+// The fewest output pixels at which alexop's weight gradient of 8 or more
+// channels beats oneDNN's channels_last one (between 882 and 900).
+constexpr int64_t kNhwcWeightGradPixels = 900;
 // Channels: the direct kernels' input gradient loses to oneDNN's from 4 on
 // few output pixels (from kManyChannels on any), their channels_last
 // forward beyond 4.
@@ -118,6 +122,10 @@ bool small_forward(const Problem& p) { return p.C >= 4 && pixels(p) < kManyChann
 // oneDNN's channels_last forward of 8 or more channels up to one AlexNet
 // image's output pixels.
 bool small_nhwc(const Problem& p) { return p.channels_last && p.C >= 8 && pixels(p) <= kOneImage; }
+// Its weight gradient, on fewer pixels.
+bool small_nhwc_weight_grad(const Problem& p) {
+  return p.channels_last && p.C >= kManyChannels && pixels(p) < kNhwcWeightGradPixels;
+}
 bool many_channels(const Problem& p) {
   return p.C > kManyChannels || (p.C > 4 && pixels(p) < kFewPixels);
 }
@@ -200,7 +208,7 @@ bool aten_weight_grad(const Problem& p) {
   if (is_16bit(p)) return native(p);
   switch (p.cpu.isa) {
     case Isa::kAvx512:
-      return few_filters(p, kMinWeightGradFilters) || small_problem(p);
+      return few_filters(p, kMinWeightGradFilters) || small_problem(p) || small_nhwc_weight_grad(p);
     case Isa::kAvx2:
       return tiny(p) || nhwc_weight_grad(p);
     case Isa::kDefault:
