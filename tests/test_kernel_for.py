@@ -377,20 +377,6 @@ def test_first_layer_choices_by_name(gpu, c, k, want, on_hopper):
     assert names["forward"].startswith(on_hopper if gpu == "h100" else want), names
 
 
-# 16-bit inputs of odd width: the weight gradient takes a copy one zero column wider ("widen+"),
-# 3 channels and 1 or 2, on Hopper and the A100 alike; on Hopper, outputs 48-55 wide of an even
-# padding (227 x 227, no padding: Caffe's AlexNet) on phase planes, 1 or 2 channels as they are.
-@named_gpus
-@pytest.mark.parametrize("gpu", ["h100", "a100"])
-@pytest.mark.parametrize("c", [1, 2, 3])
-@pytest.mark.parametrize("hw,p", [(127, 0), (227, 2), (63, 5), (227, 0)], ids=["127p0", "227p2", "63p5", "227p0"])
-def test_odd_width_weight_grad_widened_by_name(gpu, c, hw, p):
-    names = _named(gpu, 64, c, 96, hw, hw, p, torch.bfloat16, "highest")
-    assert "widen+" in names["weight_grad"] and "strided" not in names["weight_grad"], names
-    if gpu == "h100" and (hw, p) == (227, 0):
-        assert names["weight_grad"] == f"widen+wgrad_planes_bf16{'' if c == 3 else f'_{c}ch'}_c96", names
-
-
 @named_gpus
 @pytest.mark.parametrize("c,mode", list(SLICED), ids=lambda v: str(v))
 def test_channel_slices_selection_by_name(c, mode):
