@@ -34,10 +34,10 @@
 #endif
 
 #include <algorithm>
-#include <iterator>
 #include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <iterator>
 #include <memory>
 
 namespace alexop {

@@ -121,7 +121,7 @@ bool small_sliver(const Problem& p) {
 bool small_forward(const Problem& p) { return p.C >= 4 && pixels(p) < kManyChannelForwardPixels; }
 // oneDNN's channels_last forward of 8 or more channels up to one AlexNet
 // image's output pixels.
-bool small_nhwc(const Problem& p) { return p.channels_last && p.C >= 8 && pixels(p) <= kOneImage; }
+bool small_nhwc(const Problem& p) { return p.channels_last && p.C >= kManyChannels && pixels(p) <= kOneImage; }
 // Its weight gradient, on fewer pixels.
 bool small_nhwc_weight_grad(const Problem& p) {
   return p.channels_last && p.C >= kManyChannels && pixels(p) < kNhwcWeightGradPixels;
