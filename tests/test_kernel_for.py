@@ -81,8 +81,8 @@ def test_named_cpu_checks_its_arguments():
 # (N, C_in, C_out, H) on AVX-512, against oneDNN's AVX-512 kernels: ATen runs the forward under 48
 # filters, the weight gradient under 32, both under 512 output pixels (55 x 55 with 1-3
 # channels); the input gradient beyond 8 channels, or beyond 4 under 512 pixels; the forward of
-# 4 or more channels under 1600 output pixels, and of 64 filters (112, 160, ...) under 55 x 55
-# (csrc/cpu/select.cpp, docs/cpu.md).
+# 4 or more channels under 1600 output pixels, of 64 filters (112, 160, ...) under 55 x 55, and
+# of one NCHW channel under 8M output elements (csrc/cpu/select.cpp, docs/cpu.md).
 CPU_CHOICES = [
     ((1, 3, 96, 224), ("alexop", "alexop", "alexop")),  # AlexNet's conv1, one image
     ((2, 3, 8, 32), ("aten", "aten", "alexop")),
@@ -97,7 +97,9 @@ CPU_CHOICES = [
     ((8, 8, 64, 63), ("aten", "alexop", "alexop")),
     ((8, 16, 64, 63), ("aten", "alexop", "aten")),
     ((8, 8, 96, 63), ("alexop", "alexop", "alexop")),
-    ((8, 1, 64, 224), ("alexop", "alexop", "alexop")),
+    ((8, 1, 64, 224), ("aten", "alexop", "alexop")),
+    ((8, 2, 64, 224), ("alexop", "alexop", "alexop")),
+    ((8, 1, 256, 300), ("alexop", "alexop", "alexop")),
     ((32, 3, 64, 224), ("alexop", "alexop", "alexop")),  # torchvision's AlexNet conv1
     ((8, 4, 64, 224), ("alexop", "alexop", "alexop")),
 ]
@@ -116,8 +118,9 @@ def test_cpu_aten_where_alexop_is_slower(size, want):
 
 # (N, C_in, C_out, H) from channels_last inputs on AVX-512, where oneDNN's channels_last kernels
 # run: ATen's forward from 8 channels up to 55 x 55 output pixels, its weight gradient from 8
-# channels under 900.
+# channels under 900; one channel is alexop's.
 CPU_CHOICES_NHWC = [
+    ((8, 1, 128, 224), ("alexop", "alexop", "alexop")),
     ((1, 8, 96, 127), ("aten", "alexop", "alexop")),
     ((8, 4, 64, 63), ("aten", "alexop", "alexop")),
     ((8, 3, 96, 224), ("alexop", "alexop", "alexop")),
