@@ -131,11 +131,8 @@ bool one_channel_nchw(const Problem& p) {
   return p.C == 1 && !p.channels_last && p.N * p.K * p.P * p.Q < kFreshOutput;
 }
 // oneDNN's channels_last forward of 8 or more channels up to one AlexNet
-// image's output pixels, two with one register block of filters.
-bool small_nhwc(const Problem& p) {
-  const int64_t images = p.K <= kMinForwardFilters ? 2 : 1;
-  return p.channels_last && p.C >= kManyChannels && pixels(p) <= images * kOneImage;
-}
+// image's output pixels.
+bool small_nhwc(const Problem& p) { return p.channels_last && p.C >= kManyChannels && pixels(p) <= kOneImage; }
 // Its weight gradient, on fewer pixels.
 bool small_nhwc_weight_grad(const Problem& p) {
   return p.channels_last && p.C >= kManyChannels && pixels(p) < kNhwcWeightGradPixels;
