@@ -81,8 +81,8 @@ def test_named_cpu_checks_its_arguments():
 # (N, C_in, C_out, H) on AVX-512, against oneDNN's AVX-512 kernels: ATen runs the forward under 48
 # filters, the weight gradient under 32, both under 512 output pixels (55 x 55 with 1-3
 # channels); the input gradient beyond 8 channels, or beyond 4 under 512 pixels; the forward of
-# 4 or more channels under 1600 output pixels, of 64 filters (112, 160, ...) under 55 x 55, and
-# of one NCHW channel under 8M output elements (csrc/cpu/select.cpp, docs/cpu.md).
+# 4 or more channels under 1600 output pixels, and of 64 filters (112, 160, ...) under 55 x 55
+# (csrc/cpu/select.cpp, docs/cpu.md).
 CPU_CHOICES = [
     ((1, 3, 96, 224), ("alexop", "alexop", "alexop")),  # AlexNet's conv1, one image
     ((2, 3, 8, 32), ("aten", "aten", "alexop")),
@@ -97,12 +97,31 @@ CPU_CHOICES = [
     ((8, 8, 64, 63), ("aten", "alexop", "alexop")),
     ((8, 16, 64, 63), ("aten", "alexop", "aten")),
     ((8, 8, 96, 63), ("alexop", "alexop", "alexop")),
-    ((8, 1, 64, 224), ("aten", "alexop", "alexop")),
-    ((8, 2, 64, 224), ("alexop", "alexop", "alexop")),
-    ((8, 1, 256, 300), ("alexop", "alexop", "alexop")),
+    ((8, 1, 64, 224), ("alexop", "alexop", "alexop")),
     ((32, 3, 64, 224), ("alexop", "alexop", "alexop")),  # torchvision's AlexNet conv1
     ((8, 4, 64, 224), ("alexop", "alexop", "alexop")),
 ]
+
+
+# (N, C_in, C_out, H, channels_last) on AVX-512: the Winograd forward with tiles in lanes for NCHW
+# outputs of one channel, and of up to 8 on 32 x 32 output pixels or fewer; output channels in
+# lanes otherwise. AVX2 has the direct forward only.
+WINOGRAD_ROWS = [
+    ((8, 1, 64, 224, False), "cpu_fwd_winograd_rows_avx512"),
+    ((1, 1, 96, 1024, False), "cpu_fwd_winograd_rows_avx512"),
+    ((8, 1, 64, 224, True), "cpu_fwd_winograd_avx512"),
+    ((8, 8, 96, 127, False), "cpu_fwd_winograd_rows_avx512"),
+    ((8, 9, 96, 127, False), "cpu_fwd_winograd_avx512"),
+    ((8, 3, 96, 135, False), "cpu_fwd_winograd_avx512"),
+    ((8, 3, 96, 131, False), "cpu_fwd_winograd_rows_avx512"),
+]
+
+
+@pytest.mark.parametrize("size,want", WINOGRAD_ROWS, ids=lambda v: str(v))
+def test_cpu_winograd_forward_with_tiles_in_lanes(size, want):
+    *size, channels_last = size
+    assert _named_cpu("avx512", *size, channels_last=channels_last)["forward"] == want
+    assert _named_cpu("avx2", *size, channels_last=channels_last)["forward"] == "cpu_fwd_direct_avx2"
 
 
 @pytest.mark.parametrize("size,want", CPU_CHOICES, ids=lambda v: str(v))

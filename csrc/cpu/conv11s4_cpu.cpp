@@ -297,15 +297,62 @@ bool forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
   return finite.load();
 }
 
+// The same products with tiles in lanes (kernels.h: WinogradRowsFn), a
+// band of tile rows of an image an item.
+template <typename T>
+bool forward_winograd_rows(const cpu::Kernels<T>& kern, const at::Tensor& x,
+                           const at::Tensor& weight, const T* bias,
+                           int64_t pad, at::Tensor& y) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t K = y.size(1), P = y.size(2), Q = y.size(3);
+  constexpr int64_t B = cpu::kRowFilters;
+  const int64_t blocks = ceil_div(K, B);
+  const int64_t packed_size = blocks * 16 * 16 * C * B;
+  const Scratch call((packed_size + blocks * B) * sizeof(T), Use::kCall);
+  T* wp = call.as<T>();
+  at::parallel_for(0, blocks * B, B, [&](int64_t k0, int64_t k1) {
+    cpu::pack_winograd_weights(weight.const_data_ptr<T>(), K, C, B, blocks,
+                               k0, k1, wp);
+  });
+  T* init = wp + packed_size;
+  pad_bias(bias, K, blocks * B, init);
+  const int64_t I = ceil_div(P, 2), J = ceil_div(Q, 2);
+  const auto band = bands(I, N, 4);
+  const int64_t pitch = 8 * J + 8, height = 8 * band.max_rows() + 8;
+  const int64_t band_size = C * height * pitch;
+  T* out = y.mutable_data_ptr<T>();
+  std::atomic<bool> finite{true};
+  parallel_items<T>(N * band.count,
+                    band_size + cpu::rows_scratch(C, band.max_rows() * J, 2 * band.max_rows() * Q),
+                    [&](T* rows_in, int64_t item) {
+    const int64_t n = item / band.count, b = item % band.count;
+    const int64_t i0 = band.begin(b), rows = band.begin(b + 1) - i0;
+    const int64_t band_height = 8 * rows + 8;
+    cpu::pack_rows(strided<T>(x, n), C, H, W, 8 * i0 - pad, band_height,
+                   -pad, pitch, rows_in);
+    if (!kern.winograd_rows(rows_in, pitch, band_height * pitch, C, rows, J,
+                            wp, K, init, rows_in + band_size,
+                            out + (n * K * P + 2 * i0) * Q,
+                            std::min(2 * rows, P - 2 * i0), Q, P * Q)) {
+      finite.store(false, std::memory_order_relaxed);
+    }
+  });
+  return finite.load();
+}
+
+// rows: the selector's choice of the Winograd forward with tiles in lanes
+// (select.h), where the instruction set has it.
 template <typename T>
 void forward(const at::Tensor& x, const at::Tensor& weight, const T* bias,
-             int64_t pad, at::Tensor& y) {
+             int64_t pad, bool rows, at::Tensor& y) {
   const auto& kern = cpu::kernels<T>(cpu::cpu_isa());
   // Winograd's transforms make NaN of an Inf that the sums of products keep
   // (Inf - Inf), and read input past the 11x11 windows: outputs that come
   // out non-finite are computed again directly, with F.conv2d's products.
-  if (kern.winograd_input != nullptr &&
-      forward_winograd(kern, x, weight, bias, pad, y)) {
+  if (rows && kern.winograd_rows != nullptr) {
+    if (forward_winograd_rows(kern, x, weight, bias, pad, y)) return;
+  } else if (kern.winograd_input != nullptr &&
+             forward_winograd(kern, x, weight, bias, pad, y)) {
     return;
   }
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
@@ -811,9 +858,9 @@ at::Tensor conv11s4_cpu(
   const int64_t out_size[] = {size[0].expect_int(), size[1].expect_int(),
                               size[2].expect_int(), size[3].expect_int()};
   const bool no_output = c10::multiply_integers(at::IntArrayRef(out_size)) == 0;
-  if (!no_output && cpu::aten_forward(cpu::problem(
-                    input.scalar_type(), input.sizes(), weight.size(0), padding,
-                    output_memory_format(input, weight), cpu::this_cpu()))) {
+  const auto problem = cpu::problem(input.scalar_type(), input.sizes(), weight.size(0), padding,
+                                    output_memory_format(input, weight), cpu::this_cpu());
+  if (!no_output && cpu::aten_forward(problem)) {
     auto output = cpu::forward_aten(input, weight, bias_opt, padding);
     if (!is_reduced(input) || finite(output)) return output;
   }
@@ -836,7 +883,7 @@ at::Tensor conv11s4_cpu(
   AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "conv11s4_cpu", [&] {
     forward<scalar_t>(input, w,
                       has_bias ? bias.const_data_ptr<scalar_t>() : nullptr,
-                      padding, output);
+                      padding, cpu::winograd_rows_forward(problem), output);
   });
   return output;
 }

@@ -3,8 +3,9 @@
 // "cpu_*_aten" where ATen's convolution runs, in float16 / bfloat16 too
 // where the CPU multiplies them natively) and tables: Winograd where the
 // instruction set has it for the dtype (float16 and bfloat16 otherwise run
-// in float32), else direct, and the input gradient by space-to-depth; each
-// named with the instruction set. "none" where the result is empty. Where a
+// in float32), with tiles in lanes where select.h says, else direct, and
+// the input gradient by space-to-depth; each named with the instruction
+// set. "none" where the result is empty. Where a
 // Winograd result comes out non-finite, the direct kernel computes it again;
 // the name is the first choice's.
 
@@ -28,7 +29,11 @@ std::vector<std::string> names(const cpu::Problem& p, const cpu::Problem& comput
   const std::string suffix = cpu::isa_name(p.cpu.isa);
   return {cpu::aten_forward(p) || cpu::aten_forward(compute)
               ? "cpu_fwd_aten"
-              : std::string("cpu_fwd_") + (k.winograd_input ? "winograd_" : "direct_") + suffix,
+              : std::string("cpu_fwd_") +
+                    (k.winograd_rows && cpu::winograd_rows_forward(compute) ? "winograd_rows_"
+                     : k.winograd_input                                      ? "winograd_"
+                                                                             : "direct_") +
+                    suffix,
           cpu::aten_weight_grad(p) || cpu::aten_weight_grad(compute)
               ? "cpu_wgrad_aten"
               : std::string("cpu_wgrad_") + (k.winograd_grad[0].fn ? "winograd_" : "direct_") + suffix,

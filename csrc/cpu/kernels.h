@@ -99,6 +99,29 @@ using WinogradOutputFn = bool (*)(const T* m, int64_t plane, int64_t n,
                                   int64_t B, const T* bias, T* out,
                                   int64_t row_stride);
 
+// Winograd F(2x2, 3x3) on the same view with tiles in lanes rather than
+// output channels, for a band of `rows` tile rows of J tiles: for NCHW
+// outputs of few channels, whose output transform and transposition would
+// cost as much as the products. band[c * cstride + r * pitch + col] holds
+// the band's 8 rows + 8 input rows and 8 J + 8 columns (zero padded); u the
+// transformed weights in blocks of kRowFilters output channels
+// (pack_winograd_weights' layout with B = kRowFilters), bias padded
+// likewise. Writes output rows [0, out_rows) of the K planes `plane` apart
+// from y, Q pixels a row, and returns whether all are finite. scratch holds
+// rows_scratch(C, rows * J) values.
+constexpr int64_t kRowFilters = 12;
+constexpr int64_t kRowVectors = 2;  // of 16 tiles, a register block
+constexpr int64_t row_vectors(int64_t tiles) { return (tiles + 15) / 16; }
+constexpr int64_t rows_scratch(int64_t C, int64_t tiles, int64_t out_pixels) {
+  return 16 * 16 * (16 * C * row_vectors(tiles) + kRowFilters * kRowVectors) +
+         kRowFilters * out_pixels;
+}
+template <typename T>
+using WinogradRowsFn = bool (*)(const T* band, int64_t pitch, int64_t cstride,
+                                int64_t C, int64_t rows, int64_t J, const T* u,
+                                int64_t K, const T* bias, T* scratch, T* y,
+                                int64_t out_rows, int64_t Q, int64_t plane);
+
 template <typename T>
 struct Kernels {
   int lanes;
@@ -116,6 +139,7 @@ struct Kernels {
   // R = 2, S = 4; 3 vectors of output channels, and 2 where 3 pads a
   // third more (64 filters at 16 lanes: 4 vectors, not 6)
   WgradTiles<T> winograd_grad[2];
+  WinogradRowsFn<T> winograd_rows;  // null but for AVX-512 float32
 };
 
 template <typename T>

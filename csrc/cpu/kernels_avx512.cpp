@@ -9,6 +9,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 // GCC 12's AVX-512 headers pass self-initialised _mm512_undefined_*() values
 // to the shuffle builtins, which -Wmaybe-uninitialized reports here.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -162,12 +164,219 @@ ALEXOP_TARGET void winograd_input(const float* in, int64_t pitch,
   }
 }
 
+// B^T z B's pass over one index: (z0 - z2, z1 + z2, z2 - z1, z1 - z3).
+ALEXOP_VEC void input_pass(const __m512* z, int step, __m512* out, int ostep) {
+  out[0] = _mm512_sub_ps(z[0], z[2 * step]);
+  out[ostep] = _mm512_add_ps(z[step], z[2 * step]);
+  out[2 * ostep] = _mm512_sub_ps(z[2 * step], z[step]);
+  out[3 * ostep] = _mm512_sub_ps(z[step], z[3 * step]);
+}
+
+// A run of a tile vector's lanes on one tile row: lanes [lane, lane +
+// count) are tiles j .. j + count - 1 of tile row i.
+struct Run {
+  int lane, count;
+  int64_t i, j;
+};
+
+// The runs of tiles 16 jv .. 16 jv + 15 of `tiles` on rows of J.
+ALEXOP_TARGET int runs_of(int64_t jv, int64_t tiles, int64_t J, Run* runs) {
+  int n = 0;
+  for (int64_t f = 16 * jv; f < std::min(16 * jv + 16, tiles);) {
+    const int64_t i = f / J, j = f % J;
+    const int64_t count = std::min(J - j, 16 * jv + 16 - f);
+    runs[n++] = {static_cast<int>(f - 16 * jv), static_cast<int>(count), i, j};
+    f += count;
+  }
+  return n;
+}
+
+// The band's transformed input, tiles in lanes: v[((xinu * 16C + l) * nvec
+// + jv) * 16 + t] for tile 16 jv + t (tile f is j = f % J of tile row
+// f / J, and reads rows 8 (f / J) .. + 15, columns 8 j .. + 15).
+ALEXOP_TARGET void row_input(const float* band, int64_t pitch, int64_t cstride,
+                             int64_t C, int64_t tiles, int64_t J, float* v) {
+  const int64_t L = 16 * C, nvec = row_vectors(tiles);
+  for (int64_t jv = 0; jv < nvec; ++jv) {
+    // lanes past the last tile read tile 0
+    alignas(64) int32_t at[16];
+    for (int t = 0; t < 16; ++t) {
+      const int64_t f = 16 * jv + t < tiles ? 16 * jv + t : 0;
+      at[t] = static_cast<int32_t>(8 * (f / J) * pitch + 8 * (f % J));
+    }
+    const __m512i index = _mm512_load_si512(at);
+    for (int64_t c = 0; c < C; ++c) {
+      for (int a = 0; a < 4; ++a) {
+        for (int b = 0; b < 4; ++b) {
+          const float* p = band + c * cstride + a * pitch + b;
+          __m512 d[16], e[16];
+          for (int r = 0; r < 4; ++r) {
+            for (int s = 0; s < 4; ++s) {
+              d[4 * r + s] = _mm512_i32gather_ps(index, p + 4 * r * pitch + 4 * s, 4);
+            }
+          }
+          for (int s = 0; s < 4; ++s) input_pass(d + s, 4, e + s, 4);
+          for (int xi = 0; xi < 4; ++xi) input_pass(e + 4 * xi, 1, d + 4 * xi, 1);
+          const int64_t l = 16 * c + 4 * a + b;
+          for (int xinu = 0; xinu < 16; ++xinu) {
+            _mm512_storeu_ps(v + ((xinu * L + l) * nvec + jv) * 16, d[xinu]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// m[((xinu * kRowFilters + k) * NT + t) * 16 + lane] = the products of
+// tile vectors jv .. jv + NT - 1 and output channel k of the block.
+template <int NT>
+ALEXOP_TARGET void row_products(const float* v, int64_t L, int64_t nvec,
+                                int64_t jv, const float* u, float* m) {
+  constexpr int NK = kRowFilters;
+  for (int xinu = 0; xinu < 16; ++xinu) {
+    __m512 acc[NK][NT];
+    for (int k = 0; k < NK; ++k) {
+      for (int t = 0; t < NT; ++t) acc[k][t] = _mm512_setzero_ps();
+    }
+    const float* vp = v + (xinu * L * nvec + jv) * 16;
+    const float* up = u + xinu * L * NK;
+    for (int64_t l = 0; l < L; ++l) {
+      __m512 x[NT];
+      for (int t = 0; t < NT; ++t) x[t] = _mm512_loadu_ps(vp + (l * nvec + t) * 16);
+      for (int k = 0; k < NK; ++k) {
+        const __m512 w = vbcast(up + l * NK + k);
+        for (int t = 0; t < NT; ++t) acc[k][t] = _mm512_fmadd_ps(w, x[t], acc[k][t]);
+      }
+    }
+    for (int k = 0; k < NK; ++k) {
+      for (int t = 0; t < NT; ++t) {
+        _mm512_storeu_ps(m + ((xinu * NK + k) * NT + t) * 16, acc[k][t]);
+      }
+    }
+  }
+}
+
+// A^T m A + bias for kn output channels of tile vectors jv .. jv + NT - 1,
+// each tile's pixel pair (dx = 0, 1) back at pixels 2j, 2j + 1 of its
+// rows, run by run. Returns the NaN check.
+template <int NT>
+ALEXOP_TARGET __m512 row_output(const float* m, int64_t kn, const float* bias,
+                                const Run* const* runs, const int* nruns,
+                                int64_t rows, int64_t Q, float* y,
+                                int64_t plane) {
+  constexpr int NK = kRowFilters;
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                         12, 13, 14, 15);
+  const __m512i pairs = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20,
+                                          5, 21, 6, 22, 7, 23);
+  const __m512i pairs_hi = _mm512_add_epi32(pairs, _mm512_set1_epi32(8));
+  __m512 check = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kn; ++k) {
+    const __m512 b = _mm512_set1_ps(bias[k]);
+    for (int t = 0; t < NT; ++t) {
+      __m512 z[16];
+      for (int xinu = 0; xinu < 16; ++xinu) {
+        z[xinu] = _mm512_loadu_ps(m + ((xinu * NK + k) * NT + t) * 16);
+      }
+      // A^T = [1 1 1 0; 0 1 -1 -1] over xi, then nu
+      __m512 p[8];
+      for (int nu = 0; nu < 4; ++nu) {
+        const __m512 s12 = _mm512_add_ps(z[4 + nu], z[8 + nu]);
+        const __m512 d12 = _mm512_sub_ps(z[4 + nu], z[8 + nu]);
+        p[nu] = _mm512_add_ps(z[nu], s12);
+        p[4 + nu] = _mm512_sub_ps(d12, z[12 + nu]);
+      }
+      for (int dy = 0; dy < 2; ++dy) {
+        const __m512* q = p + 4 * dy;
+        const __m512 e0 = _mm512_add_ps(_mm512_add_ps(q[0], _mm512_add_ps(q[1], q[2])), b);
+        const __m512 e1 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(q[1], q[2]), q[3]), b);
+        check = _mm512_add_ps(check, _mm512_add_ps(_mm512_sub_ps(e0, e0), _mm512_sub_ps(e1, e1)));
+        // the vector's 32 pixels: tile t's pair at 2t, 2t + 1
+        const __m512 a0 = _mm512_permutex2var_ps(e0, pairs, e1);
+        const __m512 a1 = _mm512_permutex2var_ps(e0, pairs_hi, e1);
+        for (int r = 0; r < nruns[t]; ++r) {
+          const Run& run = runs[t][r];
+          const int64_t row = 2 * run.i + dy;
+          if (row >= rows) continue;
+          const int64_t n = std::min<int64_t>(2 * run.count, Q - 2 * run.j);
+          float* dst = y + k * plane + row * Q + 2 * run.j;
+          __m512 s0 = a0, s1 = a1;
+          if (run.lane != 0) {
+            // pixels from 2 lane on (indices wrap past 31: never stored)
+            const __m512i from = _mm512_add_epi32(lane, _mm512_set1_epi32(2 * run.lane));
+            s0 = _mm512_permutex2var_ps(a0, from, a1);
+            s1 = _mm512_permutex2var_ps(a0, _mm512_add_epi32(from, _mm512_set1_epi32(16)), a1);
+          }
+          vstore_n(dst, s0, static_cast<int>(std::min<int64_t>(n, 16)));
+          if (n > 16) vstore_n(dst + 16, s1, static_cast<int>(n - 16));
+        }
+      }
+    }
+  }
+  return check;
+}
+
+// dst[0, n) = src[0, n), the 64-byte lines of dst wholly inside written
+// around the caches: no read for ownership of lines written whole (1.18x
+// the 1-channel forward over plain stores, docs/cpu.md).
+ALEXOP_TARGET void stream_out(const float* src, int64_t n, float* dst) {
+  const int64_t head = std::min<int64_t>(
+      n, ((64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63) / sizeof(float));
+  if (head > 0) vstore_n(dst, vload_n(src, static_cast<int>(head)), static_cast<int>(head));
+  int64_t i = head;
+  for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+  if (i < n) vstore_n(dst + i, vload_n(src + i, static_cast<int>(n - i)), static_cast<int>(n - i));
+}
+
+ALEXOP_TARGET bool winograd_rows(const float* band, int64_t pitch,
+                                 int64_t cstride, int64_t C, int64_t rows,
+                                 int64_t J, const float* u, int64_t K,
+                                 const float* bias, float* scratch, float* y,
+                                 int64_t out_rows, int64_t Q, int64_t plane) {
+  constexpr int64_t NK = kRowFilters, NT = kRowVectors;
+  const int64_t tiles = rows * J, nvec = row_vectors(tiles), L = 16 * C;
+  float* v = scratch;
+  float* m = v + 16 * L * nvec * 16;
+  // a block's outputs, plane by plane as in y: copied out whole lines at once
+  float* staged = m + 16 * NK * NT * 16;
+  const int64_t span = out_rows * Q;
+  row_input(band, pitch, cstride, C, tiles, J, v);
+  __m512 check = _mm512_setzero_ps();
+  for (int64_t k0 = 0; k0 < K; k0 += NK) {
+    const float* uk = u + k0 * 16 * L;
+    const int64_t kn = std::min(NK, K - k0);
+    for (int64_t jv = 0; jv < nvec; jv += NT) {
+      const int nt = static_cast<int>(std::min(NT, nvec - jv));
+      Run runs[NT][16];
+      int nruns[NT] = {};
+      const Run* rp[NT];
+      for (int t = 0; t < nt; ++t) {
+        nruns[t] = runs_of(jv + t, tiles, J, runs[t]);
+        rp[t] = runs[t];
+      }
+      if (nt == NT) {
+        row_products<NT>(v, L, nvec, jv, uk, m);
+        check = _mm512_add_ps(check, row_output<NT>(m, kn, bias + k0, rp, nruns, out_rows, Q, staged, span));
+      } else {
+        row_products<1>(v, L, nvec, jv, uk, m);
+        check = _mm512_add_ps(check, row_output<1>(m, kn, bias + k0, rp, nruns, out_rows, Q, staged, span));
+      }
+    }
+    for (int64_t k = 0; k < kn; ++k) {
+      stream_out(staged + k * span, span, y + (k0 + k) * plane);
+    }
+  }
+  _mm_sfence();  // the streamed lines ordered before the item ends
+  return _mm512_cmp_ps_mask(check, check, _CMP_UNORD_Q) == 0;
+}
+
 template <typename T, typename... Blockings>
 Kernels<T> make(Blockings... blockings) {
   using V = Vec<T>;
   auto k = make_kernels<V, 2>(&transpose_blocks<V>, blockings...);
   if constexpr (sizeof(T) == 4) {
     add_winograd<V, 3, 2>(k, &winograd_input, blockings...);
+    k.winograd_rows = &winograd_rows;
   }
   return k;
 }

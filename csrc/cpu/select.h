@@ -51,4 +51,8 @@ bool aten_forward(const Problem& p);
 bool aten_weight_grad(const Problem& p);
 bool aten_input_grad(const Problem& p);
 
+// Where alexop's forward runs: true for the Winograd forward with tiles in
+// lanes (kernels.h: WinogradRowsFn), where the instruction set has it.
+bool winograd_rows_forward(const Problem& p);
+
 }  // namespace alexop::cpu
