@@ -318,12 +318,12 @@ bool forward_winograd_rows(const cpu::Kernels<T>& kern, const at::Tensor& x,
   pad_bias(bias, K, blocks * B, init);
   const int64_t I = ceil_div(P, 2), J = ceil_div(Q, 2);
   const auto band = bands(I, N, 4);
-  const int64_t pitch = 8 * J + 8, height = 8 * band.max_rows() + 8;
+  const int64_t pitch = cpu::row_pitch(J), height = 8 * band.max_rows() + 8;
   const int64_t band_size = C * height * pitch;
   T* out = y.mutable_data_ptr<T>();
   std::atomic<bool> finite{true};
   parallel_items<T>(N * band.count,
-                    band_size + cpu::rows_scratch(C, band.max_rows() * J, 2 * band.max_rows() * Q),
+                    band_size + cpu::rows_scratch(C, band.max_rows() * J, 2 * band.max_rows() * Q, band_size),
                     [&](T* rows_in, int64_t item) {
     const int64_t n = item / band.count, b = item % band.count;
     const int64_t i0 = band.begin(b), rows = band.begin(b + 1) - i0;

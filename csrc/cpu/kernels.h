@@ -103,18 +103,20 @@ using WinogradOutputFn = bool (*)(const T* m, int64_t plane, int64_t n,
 // output channels, for a band of `rows` tile rows of J tiles: for NCHW
 // outputs of few channels, whose output transform and transposition would
 // cost as much as the products. band[c * cstride + r * pitch + col] holds
-// the band's 8 rows + 8 input rows and 8 J + 8 columns (zero padded); u the
-// transformed weights in blocks of kRowFilters output channels
-// (pack_winograd_weights' layout with B = kRowFilters), bias padded
+// the band's 8 rows + 8 input rows and pitch = row_pitch(J) columns (zero
+// padded); u the transformed weights in blocks of kRowFilters output
+// channels (pack_winograd_weights' layout with B = kRowFilters), bias padded
 // likewise. Writes output rows [0, out_rows) of the K planes `plane` apart
 // from y, Q pixels a row, and returns whether all are finite. scratch holds
-// rows_scratch(C, rows * J) values.
+// rows_scratch(C, rows * J, out_rows * Q, the band's values) values.
 constexpr int64_t kRowFilters = 12;
 constexpr int64_t kRowVectors = 2;  // of 16 tiles, a register block
 constexpr int64_t row_vectors(int64_t tiles) { return (tiles + 15) / 16; }
-constexpr int64_t rows_scratch(int64_t C, int64_t tiles, int64_t out_pixels) {
+// 8 columns a tile and 8 past the last, in whole vectors of 16 tiles
+constexpr int64_t row_pitch(int64_t J) { return 128 * ((J + 16) / 16); }
+constexpr int64_t rows_scratch(int64_t C, int64_t tiles, int64_t out_pixels, int64_t band_values) {
   return 16 * 16 * (16 * C * row_vectors(tiles) + kRowFilters * kRowVectors) +
-         kRowFilters * out_pixels;
+         kRowFilters * out_pixels + band_values;
 }
 template <typename T>
 using WinogradRowsFn = bool (*)(const T* band, int64_t pitch, int64_t cstride,

@@ -191,28 +191,60 @@ ALEXOP_TARGET int runs_of(int64_t jv, int64_t tiles, int64_t J, Run* runs) {
   return n;
 }
 
+// ph[(row * 8 + u) * (pitch / 8) + jj] = band[row * pitch + 8 jj + u] for
+// rows < nrows: each column phase of a tile's 8 columns side by side, so a
+// run of tiles reads a tap's pixels in one load. pitch is a multiple of 128.
+ALEXOP_TARGET void phase_split(const float* band, int64_t nrows, int64_t pitch, float* ph) {
+  const int64_t n = pitch / 8;
+  // from two registers' 4 tiles of 8 columns, phase u of each tile, in
+  // lanes 4i .. 4i + 3 for whichever i
+  __m512i pick[8];
+  for (int u = 0; u < 8; ++u) {
+    pick[u] = _mm512_setr_epi32(u, 8 + u, 16 + u, 24 + u, u, 8 + u, 16 + u, 24 + u, u, 8 + u,
+                                16 + u, 24 + u, u, 8 + u, 16 + u, 24 + u);
+  }
+  for (int64_t row = 0; row < nrows; ++row) {
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+      const float* src = band + row * pitch + 8 * j0;
+      __m512 a[8];
+      for (int i = 0; i < 8; ++i) a[i] = _mm512_loadu_ps(src + 16 * i);
+      for (int u = 0; u < 8; ++u) {
+        __m512 out = _mm512_permutex2var_ps(a[0], pick[u], a[1]);
+        out = _mm512_mask_mov_ps(out, 0x00f0, _mm512_permutex2var_ps(a[2], pick[u], a[3]));
+        out = _mm512_mask_mov_ps(out, 0x0f00, _mm512_permutex2var_ps(a[4], pick[u], a[5]));
+        out = _mm512_mask_mov_ps(out, 0xf000, _mm512_permutex2var_ps(a[6], pick[u], a[7]));
+        _mm512_storeu_ps(ph + (row * 8 + u) * n + j0, out);
+      }
+    }
+  }
+}
+
 // The band's transformed input, tiles in lanes: v[((xinu * 16C + l) * nvec
 // + jv) * 16 + t] for tile 16 jv + t (tile f is j = f % J of tile row
-// f / J, and reads rows 8 (f / J) .. + 15, columns 8 j .. + 15).
-ALEXOP_TARGET void row_input(const float* band, int64_t pitch, int64_t cstride,
+// f / J, and reads rows 8 (f / J) .. + 15, columns 8 j .. + 15), read run
+// by run from the phase-split rows (height rows a channel).
+ALEXOP_TARGET void row_input(const float* ph, int64_t n, int64_t height,
                              int64_t C, int64_t tiles, int64_t J, float* v) {
   const int64_t L = 16 * C, nvec = row_vectors(tiles);
   for (int64_t jv = 0; jv < nvec; ++jv) {
-    // lanes past the last tile read tile 0
-    alignas(64) int32_t at[16];
-    for (int t = 0; t < 16; ++t) {
-      const int64_t f = 16 * jv + t < tiles ? 16 * jv + t : 0;
-      at[t] = static_cast<int32_t>(8 * (f / J) * pitch + 8 * (f % J));
-    }
-    const __m512i index = _mm512_load_si512(at);
+    Run runs[16];
+    const int nruns = runs_of(jv, tiles, J, runs);
     for (int64_t c = 0; c < C; ++c) {
       for (int a = 0; a < 4; ++a) {
         for (int b = 0; b < 4; ++b) {
-          const float* p = band + c * cstride + a * pitch + b;
           __m512 d[16], e[16];
           for (int r = 0; r < 4; ++r) {
             for (int s = 0; s < 4; ++s) {
-              d[4 * r + s] = _mm512_i32gather_ps(index, p + 4 * r * pitch + 4 * s, 4);
+              const int col = 4 * s + b;  // of the tile's 16
+              __m512 x = _mm512_setzero_ps();
+              for (int q = 0; q < nruns; ++q) {
+                const Run& run = runs[q];
+                const float* p = ph + ((c * height + 8 * run.i + 4 * r + a) * 8 + (col & 7)) * n +
+                                 run.j + (col >> 3) - run.lane;
+                const __mmask16 lanes = static_cast<__mmask16>(((1u << run.count) - 1) << run.lane);
+                x = _mm512_mask_loadu_ps(x, lanes, p);
+              }
+              d[4 * r + s] = x;
             }
           }
           for (int s = 0; s < 4; ++s) input_pass(d + s, 4, e + s, 4);
@@ -339,8 +371,10 @@ ALEXOP_TARGET bool winograd_rows(const float* band, int64_t pitch,
   float* m = v + 16 * L * nvec * 16;
   // a block's outputs, plane by plane as in y: copied out whole lines at once
   float* staged = m + 16 * NK * NT * 16;
-  const int64_t span = out_rows * Q;
-  row_input(band, pitch, cstride, C, tiles, J, v);
+  float* ph = staged + NK * out_rows * Q;
+  const int64_t span = out_rows * Q, height = cstride / pitch;
+  phase_split(band, C * height, pitch, ph);
+  row_input(ph, pitch / 8, height, C, tiles, J, v);
   __m512 check = _mm512_setzero_ps();
   for (int64_t k0 = 0; k0 < K; k0 += NK) {
     const float* uk = u + k0 * 16 * L;
