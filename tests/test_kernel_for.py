@@ -26,9 +26,9 @@ def _cpu_names(forward_and_weight_grad, isa):
             "weight_grad": f"cpu_wgrad_{forward_and_weight_grad}_{isa}", "input_grad": f"cpu_dgrad_s2d_{isa}"}
 
 
-def _named_cpu(cpu, n, c, k, h, dtype=torch.float32, channels_last=False, padding=2):
+def _named_cpu(cpu, n, c, k, h, dtype=torch.float32, channels_last=False, padding=2, width=None):
     """_kernel_for_cpu's names for a CPU of the named kind, from meta tensors' sizes."""
-    x = torch.empty(n, c, h, h, device="meta", dtype=dtype)
+    x = torch.empty(n, c, h, width or h, device="meta", dtype=dtype)
     x = x.to(memory_format=torch.channels_last) if channels_last else x
     return dict(zip(KEYS, torch.ops.alexop._kernel_for_cpu(x, torch.empty(k, c, 11, 11, device="meta", dtype=dtype),
                                                             padding, cpu)))
@@ -89,31 +89,49 @@ CPU_CHOICES = [
     ((8, 3, 32, 227), ("aten", "alexop", "alexop")),
     ((1, 3, 64, 127), ("aten", "aten", "alexop")),
     ((8, 16, 96, 227), ("alexop", "alexop", "aten")),
-    ((8, 6, 96, 63), ("alexop", "alexop", "alexop")),
+    ((8, 6, 96, 63), ("aten", "alexop", "alexop")),  # 15 x 15 outputs: narrow
     ((1, 6, 96, 63), ("aten", "aten", "aten")),
     ((8, 3, 64, 63), ("aten", "aten", "alexop")),
     ((4, 8, 96, 63), ("aten", "alexop", "alexop")),
     ((1, 4, 192, 127), ("aten", "alexop", "alexop")),
     ((8, 8, 64, 63), ("aten", "alexop", "alexop")),
     ((8, 16, 64, 63), ("aten", "alexop", "aten")),
-    ((8, 8, 96, 63), ("alexop", "alexop", "alexop")),
+    ((8, 8, 96, 63), ("aten", "alexop", "alexop")),
     ((8, 1, 64, 224), ("alexop", "alexop", "alexop")),
     ((32, 3, 64, 224), ("alexop", "alexop", "alexop")),  # torchvision's AlexNet conv1
     ((8, 4, 64, 224), ("alexop", "alexop", "alexop")),
 ]
 
 
+# (N, C_in, C_out, H, W, channels_last) on AVX-512: ATen's forward for outputs under 24 columns
+# (W under 99 at padding 2) of 4 or more channels, of one NCHW channel, and of 2-3 NCHW channels
+# up to 6 columns (W under 31).
+CPU_CHOICES_NARROW = [
+    ((8, 8, 96, 224, 95, False), "aten"),
+    ((8, 8, 96, 224, 99, False), "alexop"),
+    ((8, 16, 96, 300, 60, True), "aten"),
+    ((8, 1, 128, 300, 60, False), "aten"),
+    ((8, 1, 128, 300, 60, True), "alexop"),
+    ((8, 3, 96, 224, 95, False), "alexop"),
+    ((8, 3, 96, 224, 30, False), "aten"),
+    ((8, 3, 96, 224, 31, False), "alexop"),
+    ((8, 3, 96, 60, 300, False), "alexop"),
+]
+
+
+@pytest.mark.parametrize("size,want", CPU_CHOICES_NARROW, ids=lambda v: str(v))
+def test_cpu_aten_for_narrow_outputs(size, want):
+    *size, width, channels_last = size
+    assert _runs(_named_cpu("avx512", *size, channels_last=channels_last, width=width))[0] == want
+
+
 # (N, C_in, C_out, H, channels_last) on AVX-512: the Winograd forward with tiles in lanes for NCHW
-# outputs of one channel, and of up to 8 on 32 x 32 output pixels or fewer; output channels in
-# lanes otherwise. AVX2 has the direct forward only.
+# outputs of one channel, output channels in lanes otherwise. AVX2 has the direct forward only.
 WINOGRAD_ROWS = [
     ((8, 1, 64, 224, False), "cpu_fwd_winograd_rows_avx512"),
     ((1, 1, 96, 1024, False), "cpu_fwd_winograd_rows_avx512"),
     ((8, 1, 64, 224, True), "cpu_fwd_winograd_avx512"),
-    ((8, 8, 96, 127, False), "cpu_fwd_winograd_rows_avx512"),
-    ((8, 9, 96, 127, False), "cpu_fwd_winograd_avx512"),
-    ((8, 3, 96, 135, False), "cpu_fwd_winograd_avx512"),
-    ((8, 3, 96, 131, False), "cpu_fwd_winograd_rows_avx512"),
+    ((8, 2, 96, 127, False), "cpu_fwd_winograd_avx512"),
 ]
 
 

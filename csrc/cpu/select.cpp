@@ -10,8 +10,8 @@
 // float32 (other 16-bit computes in float32, and these rules are asked of its float32 problem),
 // by the instruction set of alexop's kernels, each against oneDNN's kernels of the same set:
 //  4. AVX-512 (Winograd forward and weight gradient):
-//     forward: few_filters(kMinForwardFilters), small_problem, small_forward, small_sliver or
-//     small_nhwc; weight gradient: few_filters(kMinWeightGradFilters), small_problem or
+//     forward: few_filters(kMinForwardFilters), small_problem, small_forward, small_sliver,
+//     small_nhwc or narrow; weight gradient: few_filters(kMinWeightGradFilters), small_problem or
 //     small_nhwc_weight_grad;
 //     input gradient: many_channels                           -> ATen
 //  5. AVX2 (direct): forward: tiny or nhwc_many_channels; weight gradient: tiny or
@@ -80,8 +80,15 @@ constexpr int64_t kFewChannels = 4;
 // channels_last forward of many channels wins.
 constexpr int64_t kFewFilters = 16;
 constexpr int64_t kNhwcForwardFilters = 64;
-// Output pixels of an image: 32 x 32 and fewer.
-constexpr int64_t kSmallPlane = 32 * 32;
+// Output columns: under 12 Winograd tiles a row the forward's groups of up
+// to 8 tiles a row leave its register blocks part empty (and winograd_rows'
+// bands hold few tiles); under 4 tiles, even 2-3 channels' products do not
+// pay for it.
+constexpr int64_t kNarrowColumns = 24;
+constexpr int64_t kFewColumns = 6;
+// Channels beyond which oneDNN's forward on few columns is the faster in
+// either layout (its channels_last one of up to 3 is slow at any width).
+constexpr int64_t kFewNarrowChannels = 3;
 
 // AVX512-BF16 dot products for bfloat16, AVX512-FP16 arithmetic for float16
 // (CPUID leaf 7; the AVX-512 state enabled by the OS, as avx512f says).
@@ -121,6 +128,13 @@ bool small_sliver(const Problem& p) {
 // The forward of 4 or more channels on few output pixels: the weights'
 // transform and the bands' packing halo outweigh the products.
 bool small_forward(const Problem& p) { return p.C >= 4 && pixels(p) < kManyChannelForwardPixels; }
+// The forward of outputs under kNarrowColumns wide: 4 or more channels, one
+// NCHW channel, 2-3 NCHW channels under kFewColumns (docs/cpu.md).
+bool narrow(const Problem& p) {
+  if (p.Q >= kNarrowColumns) return false;
+  if (p.C > kFewNarrowChannels) return true;
+  return !p.channels_last && (p.C == 1 || p.Q <= kFewColumns);
+}
 // oneDNN's channels_last forward of 8 or more channels up to one AlexNet
 // image's output pixels.
 bool small_nhwc(const Problem& p) { return p.channels_last && p.C >= kManyChannels && pixels(p) <= kOneImage; }
@@ -197,7 +211,7 @@ bool aten_forward(const Problem& p) {
   switch (p.cpu.isa) {
     case Isa::kAvx512:
       return few_filters(p, kMinForwardFilters) || small_problem(p) || small_forward(p) || small_sliver(p) ||
-             small_nhwc(p);
+             small_nhwc(p) || narrow(p);
     case Isa::kAvx2:
       return tiny(p) || nhwc_many_channels(p);
     case Isa::kDefault:
@@ -235,11 +249,7 @@ bool aten_input_grad(const Problem& p) {
 // With one channel (16 products a tile per output channel) the output
 // transform and the transposition of output channels in lanes into NCHW
 // planes cost as much as the products; with tiles in lanes each output
-// channel's pixels come out in rows. So too on small planes of up to
-// kManyChannels channels, whose 4 KB planes (32 x 32) the transposition
-// writes into one L1 set (docs/cpu.md).
-bool winograd_rows_forward(const Problem& p) {
-  return !p.channels_last && (p.C == 1 || (p.C <= kManyChannels && p.P * p.Q <= kSmallPlane));
-}
+// channel's pixels come out in rows (docs/cpu.md).
+bool winograd_rows_forward(const Problem& p) { return !p.channels_last && p.C == 1; }
 
 }  // namespace alexop::cpu
