@@ -129,7 +129,7 @@ bool small_sliver(const Problem& p) {
 // transform and the bands' packing halo outweigh the products.
 bool small_forward(const Problem& p) { return p.C >= 4 && pixels(p) < kManyChannelForwardPixels; }
 // The forward of outputs under kNarrowColumns wide: 4 or more channels, one
-// NCHW channel, 2-3 NCHW channels under kFewColumns (docs/cpu.md).
+// NCHW channel, 2-3 NCHW channels up to kFewColumns (docs/cpu.md).
 bool narrow(const Problem& p) {
   if (p.Q >= kNarrowColumns) return false;
   if (p.C > kFewNarrowChannels) return true;
