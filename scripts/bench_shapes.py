@@ -79,8 +79,8 @@ def channels_grid():
 
 
 def odd_widths_grid():
-    """1-4 channels at odd widths (the 16-bit weight gradient's strided kernel), each beside the
-    even width one narrower: 64 images of 63 / 127 / 227, 8 of 511, padding 0 and 2."""
+    """1-4 channels at odd widths (the 16-bit weight gradient widens them by a zero column), each
+    beside the even width one narrower: 64 images of 63 / 127 / 227, 8 of 511, padding 0 and 2."""
     images = [((h, h), (h, h - 1)) for h in (63, 127, 227)]
     cases = [(64, c, k, hw, p) for pair in images for c in (1, 2, 3, 4) for k in (64, 96, 192) for p in (0, 2)
              for hw in pair]

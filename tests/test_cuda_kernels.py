@@ -303,8 +303,9 @@ def test_weight_grad_planes_fewer_channels(c, shape, dtype, channels_last):
 
 # 16-bit channels_last inputs are transposed to NCHW for the weight gradient
 # (3 channels, H x W a multiple of 8: the operator's own 16-byte transpose;
-# otherwise contiguous()): the gradients are those of the NCHW input, bit for bit.
-@pytest.mark.parametrize("hw", [(64, 64), (97, 131)], ids=["transpose", "contiguous"])
+# otherwise contiguous(); an odd width, a copy one column wider): the gradients
+# are those of the NCHW input, bit for bit.
+@pytest.mark.parametrize("hw", [(64, 64), (97, 130), (97, 131)], ids=["transpose", "contiguous", "odd-width"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_weight_grad_channels_last_matches_nchw(hw, dtype):
     h, w = hw
@@ -313,6 +314,21 @@ def test_weight_grad_channels_last_matches_nchw(hw, dtype):
     want = torch.ops.alexop.conv11s4_backward_weight(grad, x, 2, True)
     got = torch.ops.alexop.conv11s4_backward_weight(grad, x.to(memory_format=torch.channels_last), 2, True)
     assert all(torch.equal(g, r) for g, r in zip(got, want))
+
+
+# 16-bit inputs of odd width reach the weight gradient as copies one zero column wider (the
+# column where the padding's zeros were; never an extra output column), so the kernels that
+# read column pairs take them ("widen+"): within the dtype's bound of float64, every padding,
+# 3 channels and 1 or 2 (zero-padded slices).
+@pytest.mark.parametrize("c", [3, 1, 2])
+@pytest.mark.parametrize("shape", [(16, 96, 127, 127, 0), (16, 96, 127, 127, 5), (8, 64, 63, 63, 2),
+                                   (40, 96, 227, 227, 0)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_weight_grad_odd_width(c, shape, dtype, channels_last):
+    names = _check_weight_and_bias_grad(shape, dtype, "highest", REL_L2[dtype], channels_last, "cuda", c)
+    if names["weight_grad"] != "wgrad_cudnn":
+        assert "widen+" in names["weight_grad"], names
 
 
 # The tensor-core input gradient serves every batch size of 3-channel images

@@ -423,6 +423,20 @@ def test_channel_slices_selection_by_name(c, mode):
     check_channel_slices(_named_selection("h100"), c, mode, hopper=True)
 
 
+# 16-bit inputs of odd width: the weight gradient takes a copy one zero column wider ("widen+"),
+# 3 channels and 1 or 2, on Hopper and the A100 alike; on Hopper, outputs 48-55 wide of an even
+# padding (227 x 227, no padding: Caffe's AlexNet) on phase planes, 1 or 2 channels as they are.
+@named_gpus
+@pytest.mark.parametrize("gpu", ["h100", "a100"])
+@pytest.mark.parametrize("c", [1, 2, 3])
+@pytest.mark.parametrize("hw,p", [(127, 0), (227, 2), (63, 5), (227, 0)], ids=["127p0", "227p2", "63p5", "227p0"])
+def test_odd_width_weight_grad_widened_by_name(gpu, c, hw, p):
+    names = _named(gpu, 64, c, 96, hw, hw, p, torch.bfloat16, "highest")
+    assert "widen+" in names["weight_grad"] and "strided" not in names["weight_grad"], names
+    if gpu == "h100" and (hw, p) == (227, 0):
+        assert names["weight_grad"] == f"widen+wgrad_planes_bf16{'' if c == 3 else f'_{c}ch'}_c96", names
+
+
 @named_gpus
 @pytest.mark.parametrize("dtype,mode,bound", MODES)
 def test_three_channel_forwards_run_alexop_kernels_by_name(dtype, mode, bound):

@@ -149,12 +149,25 @@ at::Tensor input_slice(const at::Tensor& x, int64_t g) {
   return slice3(x, g);
 }
 
+// x as a fresh NCHW tensor of `channels` channels (x's, then zeros) and one
+// zero column more: a widened weight-gradient operand (weight_grad/select.h),
+// one pass over x in any layout.
+at::Tensor widened_copy(const at::Tensor& x, int64_t channels) {
+  const int64_t C = x.size(1), W = x.size(3);
+  auto out = at::empty({x.size(0), channels, x.size(2), W + 1}, x.options());
+  out.narrow(3, W, 1).zero_();
+  if (channels > C) out.narrow(1, C, channels - C).zero_();
+  out.narrow(1, 0, C).narrow(3, 0, W).copy_(x);
+  return out;
+}
+
 // A weight gradient's slice g: as input_slice, but where the phase-plane
 // kernel runs the slices (built for 1 and 2 channels too) a last slice of
 // 1 or 2 channels as it is, not zero-padded to 3: a view where input_slice
-// would take one, else a copy.
-at::Tensor weight_grad_slice(const at::Tensor& x, int64_t g, bool planes) {
+// would take one, else a copy; and for a widened choice a widened_copy.
+at::Tensor weight_grad_slice(const at::Tensor& x, int64_t g, bool planes, bool widened) {
   const int64_t c0 = cuda::kC * g, n = std::min<int64_t>(cuda::kC, x.size(1) - c0);
+  if (widened) return widened_copy(x.narrow(1, c0, n), planes ? n : cuda::kC);
   if (!planes || n == cuda::kC) return input_slice(x, g);
   const auto view = x.narrow(1, c0, n);
   const bool as_view = x.is_contiguous() && x.stride(0) <= INT32_MAX &&
@@ -446,8 +459,9 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
   std::vector<at::Tensor> grad_weights;
   for (int g = 0; g < std::max(choice.slices, 1); ++g) {
     const auto x = choice.slices > 0
-        ? weight_grad_slice(source, g, planes)
-        : cuda::weight_grad::prepare_input(input, prep);
+        ? weight_grad_slice(source, g, planes, choice.widened)
+        : choice.widened ? widened_copy(input, input.size(1))
+                         : cuda::weight_grad::prepare_input(input, prep);
     grad_weights.push_back(weight_grad_filters(
         dys, x, K, padding, choice.transposed,
         bias_grad && g == 0 ? &grad_bias : nullptr));

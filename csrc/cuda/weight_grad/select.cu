@@ -1,6 +1,8 @@
 // The weight gradient's kernel choice. Decision tree, first match wins:
 //
 //  1. float64                               -> generic  [the reference; no tensor-core kernel]
+//     16-bit of an odd width: the rules below see the input (or each slice) as a copy one zero
+//     column wider (widen_pays) [the kernels that read column pairs take it]
 //  2. K other than 64 or 96                 -> slices of 96 filters (filter_slices_pay) + the rest for 96 (or 64), else cudnn
 //  3. 1 or 2 channels, planes_take          -> planes built for 1 | 2 channels [no zero channels copied in nor multiplied]
 //  4. other than 3 channels                 -> slices of 3 (input_slices_pay) + the rest for 3, else cudnn
@@ -63,6 +65,14 @@ bool planes_take(const Problem& p) {
   return p.dtype != ScalarType::Float && p.dev.sm90a && tc_limits(p) && planes_shape(p) && planes_aligned(p) &&
          planes_fit(p, p.K <= 64 ? 8 : 12);
 }
+
+// A 16-bit input of odd width reaches the kernels as a copy one zero column
+// wider, so that the ones reading column pairs take it: the column sits where
+// the padding's zeros were, and an odd width's span W + 2 pad - 11 is even,
+// so it adds no output column (that takes span % 4 == 3). The copy costs one
+// pass over the input; the strided mma.sync kernel it replaces is the slowest
+// of the four (docs/design.md).
+bool widen_pays(const Problem& p) { return p.dtype != ScalarType::Float && p.W % 2 != 0; }
 
 // 16-bit input rows copied as 4-byte pairs: NCHW, even width, aligned.
 bool pairs_ok(const Problem& p) { return !p.nhwc && p.W % 2 == 0 && p.input_align >= 4; }
@@ -163,6 +173,14 @@ Choice select(const Problem& p) {
     q.K = filter_width(std::min(p.K, kFilterSlice));
     q.grad_output_align = 16;  // each slice a fresh copy
   }
+  const bool widen = widen_pays(p);
+  if (widen) {  // a fresh NCHW copy
+    q.W += 1;
+    q.nhwc = false;
+    q.transposed = false;
+    q.input_stride0 = p.C * p.H * q.W;
+    q.input_align = 16;
+  }
   if (p.C < kC && planes_take(q)) {
     c = make(Kernel::kPlanes, q, k16);
   } else {
@@ -171,13 +189,14 @@ Choice select(const Problem& p) {
       q.C = kC;  // each slice an NCHW view or copy (the last with zero channels added)
       q.nhwc = false;
       q.transposed = false;
-      q.input_stride0 = kC * p.H * p.W;  // a view's is larger, taken only where it fits too
+      q.input_stride0 = kC * p.H * q.W;  // a view's is larger, taken only where it fits too
       q.input_align = 16;
     }
     if (!tc_shape(q) || small_images(q) || (q.dtype != ScalarType::Float && q.nhwc)) return c;
     c = q.dtype == ScalarType::Float ? select_fp32(q) : select_16(q);
     if (p.C != kC) c.slices = input_slices(p.C);
   }
+  c.widened = widen;
   if (p.K != q.K) c.filter_slices = (int)((p.K + kFilterSlice - 1) / kFilterSlice);
   return c;
 }
@@ -185,6 +204,7 @@ Choice select(const Problem& p) {
 std::string name(const Choice& c) {
   if (c.kernel == Kernel::kGeneric || c.kernel == Kernel::kCudnn) return kKernelNames[(int)c.kernel];
   std::string s = c.slices > 0 ? slices_prefix(c.slices) : c.transposed ? "nhwc3_to_nchw+" : "";
+  if (c.widened) s += "widen+";
   if (c.filter_slices > 0) s += "kslice" + std::to_string(kFilterSlice) + "x" + std::to_string(c.filter_slices) + "+";
   s += kKernelNames[(int)c.kernel];
   s += "_";

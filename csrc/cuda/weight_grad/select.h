@@ -36,6 +36,9 @@ struct Choice {
   MathMode mode = k16;      // the kernel's MODE: what its products compute
   int channels = 0;         // the K it is built for: 64 or 96
   int input_channels = 3;   // the C it is built for: 3, or 1 / 2 (kPlanes)
+  // 16-bit, odd width: the input (or each slice) copied one zero column
+  // wider first ("widen+"), for the kernels that read column pairs
+  bool widened = false;
   bool vec = false;         // kGmma: input rows by 16-byte copies
   bool transposed = false;  // the input was transposed first (a kernel of its own)
   int slices = 0;           // the input cut into slices of 3 channels first (forward/select.h)
@@ -52,7 +55,8 @@ Choice select(const Problem& p);
 
 // e.g. "wgrad_planes_bf16_c96", "wgrad_planes_bf16_1ch_c64", "wgrad_gmma_3xfp16_c96_vec",
 // "nhwc3_to_nchw+wgrad_planes_bf16_c96", "pad3+wgrad_mma_3xtf32_c64",
-// "slice3x2+wgrad_planes_bf16_c96", "kslice96x2+wgrad_gmma_tf32_c96_vec", "wgrad_cudnn",
+// "slice3x2+wgrad_planes_bf16_c96", "kslice96x2+wgrad_gmma_tf32_c96_vec", "widen+wgrad_gmma_bf16_c96_vec",
+// "wgrad_cudnn",
 // "wgrad_generic"
 std::string name(const Choice& c);
 
