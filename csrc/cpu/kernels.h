@@ -101,8 +101,8 @@ using WinogradOutputFn = bool (*)(const T* m, int64_t plane, int64_t n,
 
 // Winograd F(2x2, 3x3) on the same view with tiles in lanes rather than
 // output channels, for a band of `rows` tile rows of J tiles: for NCHW
-// outputs of few channels, whose output transform and transposition would
-// cost as much as the products. band[c * cstride + r * pitch + col] holds
+// outputs of one channel (select.h), whose output transform and
+// transposition would cost as much as the products. band[c * cstride + r * pitch + col] holds
 // the band's 8 rows + 8 input rows and pitch = row_pitch(J) columns (zero
 // padded); u the transformed weights in blocks of kRowFilters output
 // channels (pack_winograd_weights' layout with B = kRowFilters), bias padded

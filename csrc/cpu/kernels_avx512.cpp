@@ -349,8 +349,8 @@ ALEXOP_TARGET __m512 row_output(const float* m, int64_t kn, const float* bias,
 }
 
 // dst[0, n) = src[0, n), the 64-byte lines of dst wholly inside written
-// around the caches: no read for ownership of lines written whole (1.18x
-// the 1-channel forward over plain stores, docs/cpu.md).
+// around the caches: no read for ownership of lines written whole
+// (docs/cpu.md).
 ALEXOP_TARGET void stream_out(const float* src, int64_t n, float* dst) {
   const int64_t head = std::min<int64_t>(
       n, ((64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63) / sizeof(float));

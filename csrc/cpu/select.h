@@ -1,9 +1,10 @@
 #pragma once
 // Which implementation each CPU op runs: alexop's kernels (kernels.h) or
 // ATen's convolution (oneDNN) where alexop's would be the slower ones, and
-// which of alexop's forwards. A pure function of the problem and the CPU it runs on, asked by the
-// ops (conv11s4_cpu.cpp) and by _kernel_for (kernel_for_cpu.cpp), and of a
-// CPU named rather than present by _kernel_for_cpu.
+// which of alexop's forwards. A pure function of the problem and the CPU it
+// runs on, asked by the ops (conv11s4_cpu.cpp) and by _kernel_for
+// (kernel_for_cpu.cpp), and of a CPU named rather than present by
+// _kernel_for_cpu.
 
 #include "kernels.h"
 
