@@ -80,7 +80,8 @@ def test_named_cpu_checks_its_arguments():
 
 # (N, C_in, C_out, H) on AVX-512, against oneDNN's AVX-512 kernels: ATen runs the forward under 48
 # filters, the weight gradient under 32, both under 512 output pixels (55 x 55 with 1-3
-# channels); the input gradient beyond 8 channels, or beyond 4 under 512 pixels; the forward of
+# channels); the input gradient beyond 8 channels, at 7-8 under 576 pixels, at 5-6 under 512;
+# the forward of
 # 4 or more channels under 1600 output pixels, and of 64 filters (112, 160, ...) under 55 x 55
 # (csrc/cpu/select.cpp, docs/cpu.md).
 CPU_CHOICES = [
@@ -100,6 +101,8 @@ CPU_CHOICES = [
     ((8, 1, 64, 224), ("alexop", "alexop", "alexop")),
     ((32, 3, 64, 224), ("alexop", "alexop", "alexop")),  # torchvision's AlexNet conv1
     ((8, 4, 64, 224), ("alexop", "alexop", "alexop")),
+    ((2, 7, 256, 69), ("aten", "alexop", "aten")),  # 2 x 16 x 16 outputs
+    ((4, 8, 128, 55), ("aten", "alexop", "alexop")),  # 4 x 12 x 12
 ]
 
 
@@ -155,7 +158,7 @@ def test_cpu_aten_where_alexop_is_slower(size, want):
 
 # (N, C_in, C_out, H) from channels_last inputs on AVX-512, where oneDNN's channels_last kernels
 # run: ATen's forward from 8 channels up to 55 x 55 output pixels, its weight gradient from 8
-# channels under 900; one channel is alexop's.
+# channels under 900, its input gradient at 7-8 channels under 961; one channel is alexop's.
 CPU_CHOICES_NHWC = [
     ((8, 1, 128, 224), ("alexop", "alexop", "alexop")),
     ((1, 8, 96, 127), ("aten", "alexop", "alexop")),
@@ -165,6 +168,8 @@ CPU_CHOICES_NHWC = [
     ((8, 3, 64, 224), ("alexop", "alexop", "alexop")),
     ((1, 16, 64, 99), ("aten", "aten", "aten")),
     ((1, 8, 128, 139), ("aten", "alexop", "alexop")),
+    ((1, 8, 256, 123), ("aten", "alexop", "aten")),  # 30 x 30 outputs: oneDNN's input gradient too
+    ((2, 8, 256, 69), ("aten", "aten", "aten")),
 ]
 
 

@@ -62,6 +62,10 @@ constexpr int64_t kMinForwardFilters = 48;
 constexpr int64_t kMinWeightGradFilters = 32;
 // Channels beyond which oneDNN's input gradient is the faster.
 constexpr int64_t kManyChannels = 8;
+// The fewest output pixels at which alexop's input gradient of 7-8
+// channels beats oneDNN's, NCHW and channels_last (docs/cpu.md).
+constexpr int64_t kEightChannelPixels = 576;
+constexpr int64_t kNhwcEightChannelPixels = 961;
 // The fewest output pixels at which alexop's forward of 4 or more channels
 // wins (docs/cpu.md: between 8 images of 14 x 14 outputs and of 15 x 15).
 constexpr int64_t kManyChannelForwardPixels = 1600;
@@ -142,8 +146,12 @@ bool small_nhwc(const Problem& p) { return p.channels_last && p.C >= kManyChanne
 bool small_nhwc_weight_grad(const Problem& p) {
   return p.channels_last && p.C >= kManyChannels && pixels(p) < kNhwcWeightGradPixels;
 }
+// oneDNN's input gradient: beyond 8 channels, at 7-8 on fewer pixels than
+// kEightChannelPixels (its channels_last one longer), at 5-6 under kFewPixels.
 bool many_channels(const Problem& p) {
-  return p.C > kManyChannels || (p.C > 4 && pixels(p) < kFewPixels);
+  if (p.C > kManyChannels) return true;
+  if (p.C > kManyChannels - 2) return pixels(p) < (p.channels_last ? kNhwcEightChannelPixels : kEightChannelPixels);
+  return p.C > 4 && pixels(p) < kFewPixels;
 }
 // Against oneDNN's native 16-bit input gradient alexop's wins at 1-2
 // channels, and at 3-4 from k16Pixels output pixels over the batch.
