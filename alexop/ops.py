@@ -84,8 +84,12 @@ def kernel_for(input: Tensor, weight: Tensor, padding: int = 2) -> dict[str, str
         over chunks of them;
         ``"nchw+"`` before it: a channels_last input copied to NCHW first),
         ``"fwd_cudnn"`` (cuDNN, in the memory layout its first call timed
-        faster) on CUDA, ``"cpu_fwd_winograd_avx512"`` on the
-        CPU; ``"none"`` where an empty result needs no kernel.
+        faster), ``"wgrad_cudnn|slice3x4+wgrad_gmma_bf16_c96"`` (two
+        choices: the first call of each problem times both and the process
+        keeps the faster; the first is the one that runs untimed, under
+        ``torch.backends.cudnn.deterministic`` or before a CUDA graph capture)
+        on CUDA, ``"cpu_fwd_winograd_avx512"`` on the CPU; ``"none"`` where an
+        empty result needs no kernel.
     """
     forward, weight_grad, input_grad = torch.ops.alexop._kernel_for(input, weight, padding)
     return {"forward": forward, "weight_grad": weight_grad, "input_grad": input_grad}

@@ -93,6 +93,18 @@ class precision:
         torch.set_float32_matmul_precision(self.saved)
 
 
+class untimed:
+    """torch.backends.cudnn.deterministic for the duration of a block: where kernel_for names two
+    timed choices ("a|b"), a runs."""
+
+    def __enter__(self):
+        self.saved = torch.backends.cudnn.deterministic
+        torch.backends.cudnn.deterministic = True
+
+    def __exit__(self, *exc):
+        torch.backends.cudnn.deterministic = self.saved
+
+
 def rel_l2(out, ref):
     out = out.detach().double().cpu()
     ref = ref.detach().double().cpu()

@@ -111,7 +111,12 @@ std::pair<bool, bool> native_16bit() {
 #endif
 }
 
+// oneDNN's native 16-bit kernels return wrong values, finite or not, for
+// outputs one column wide (ATen 2.11 and 2.14: channels_last weight
+// gradients of inputs narrower than the padding with AVX512-BF16, forwards
+// with AMX; docs/cpu.md): those compute in float32.
 bool native(const Problem& p) {
+  if (p.Q == 1) return false;
   return p.dtype == c10::ScalarType::BFloat16 ? p.cpu.bf16 : p.dtype == c10::ScalarType::Half && p.cpu.fp16;
 }
 bool alexop_always(const Problem& p) { return p.dtype == c10::ScalarType::Double || p.cpu.forced; }

@@ -10,6 +10,7 @@
 #include "common/constants.h"
 #include "common/device.h"
 #include "common/relayout.h"
+#include "common/timed.h"
 #include "cudnn/conv11s4_cudnn.h"
 #include "forward/launch.h"
 #include "input_grad/launch.h"
@@ -425,29 +426,11 @@ at::Tensor weight_grad_filters(
   return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
 }
 
-std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
-    const at::Tensor& grad_output,
-    const at::Tensor& input,
-    int64_t padding,
-    bool bias_grad) {
-  const auto wsize =
-      check_conv11s4_backward_weight(grad_output, input, padding);
-  check_dtype(
-      "alexop.conv11s4_backward_weight", input, kCudaTypes, "CUDA");
-  const c10::cuda::CUDAGuard guard(input.device());
-  const int64_t K = wsize[0].expect_int();
-  // the kernels read grad_output NCHW: a copy of any other is fresh
-  const int gy_align = grad_output.is_contiguous()
-      ? cuda::alignment(grad_output.const_data_ptr())
-      : kFresh.align;
-  const auto prep = cuda::weight_grad::input_prep(input);
-  const auto choice = cuda::weight_grad::select(
-      weight_grad_problem_of(
-          cuda::device(input.get_device()), input, K, padding, prep, gy_align));
-  if (choice.kernel == cuda::weight_grad::Kernel::kCudnn) {
-    return cuda::conv11s4_backward_weight_cudnn(
-        grad_output, input, K, padding, bias_grad, cudnn_tf32());
-  }
+// The weight gradient on alexop's kernels, as choice says (not kCudnn).
+std::tuple<at::Tensor, at::Tensor> weight_grad_alexop(
+    const cuda::weight_grad::Choice& choice, const at::Tensor& grad_output,
+    const at::Tensor& input, int64_t K, int64_t padding, bool bias_grad,
+    cuda::weight_grad::InputPrep prep) {
   const auto gy = cuda::relayout(grad_output, at::MemoryFormat::Contiguous);
   auto grad_bias = at::empty({bias_grad ? K : 0}, input.options());
   // each slice's weight gradient for 3 channels (the last's for its own 1
@@ -472,6 +455,50 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
   return {joined.narrow(1, 0, input.size(1)).contiguous(), grad_bias};
 }
 
+std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
+    const at::Tensor& grad_output,
+    const at::Tensor& input,
+    int64_t padding,
+    bool bias_grad) {
+  namespace wg = cuda::weight_grad;
+  const auto wsize =
+      check_conv11s4_backward_weight(grad_output, input, padding);
+  check_dtype(
+      "alexop.conv11s4_backward_weight", input, kCudaTypes, "CUDA");
+  const c10::cuda::CUDAGuard guard(input.device());
+  const int64_t K = wsize[0].expect_int();
+  // the kernels read grad_output NCHW: a copy of any other is fresh
+  const int gy_align = grad_output.is_contiguous()
+      ? cuda::alignment(grad_output.const_data_ptr())
+      : kFresh.align;
+  const auto prep = wg::input_prep(input);
+  const auto problem = weight_grad_problem_of(
+      cuda::device(input.get_device()), input, K, padding, prep, gy_align);
+  auto choice = wg::select(problem);
+  const auto cudnn = [&] {
+    return cuda::conv11s4_backward_weight_cudnn(
+        grad_output, input, K, padding, bias_grad, cudnn_tf32());
+  };
+  if (wg::slices_timed(problem)) {
+    const auto slices = wg::sliced(problem);
+    if (slices.kernel != wg::Kernel::kCudnn) {
+      const cuda::TimedKey key{
+          (int64_t)cuda::Decision::kWeightGradKernel, input.get_device(),
+          (int64_t)input.scalar_type(), cudnn_tf32(), input.size(0), input.size(1),
+          input.size(2), input.size(3), K, padding,
+          (int64_t)input.suggest_memory_format(),
+          (int64_t)grad_output.suggest_memory_format() * 2 + bias_grad};
+      const int guess = choice.kernel == wg::Kernel::kCudnn;
+      const bool on_slices = cuda::fastest(key, guess, {
+          [&] { weight_grad_alexop(slices, grad_output, input, K, padding, bias_grad, prep); },
+          [&] { cudnn(); }}) == 0;
+      choice = on_slices ? slices : wg::Choice{wg::Kernel::kCudnn};
+    }
+  }
+  if (choice.kernel == wg::Kernel::kCudnn) return cudnn();
+  return weight_grad_alexop(choice, grad_output, input, K, padding, bias_grad, prep);
+}
+
 // The kernels the three ops would run on device dev for (input, weight,
 // padding), by name, from the same selectors, launching nothing. x: how the
 // forward receives the input. grad_output is taken as the autograd path
@@ -488,7 +515,7 @@ std::vector<std::string> kernel_names(
       problem_base(dev, input, input.sizes(), weight.size(0), padding)};
   return {
       cuda::forward::name(cuda::forward::select(fwd)),
-      cuda::weight_grad::name(cuda::weight_grad::select(wgrad)),
+      cuda::weight_grad::timed_name(wgrad),
       cuda::input_grad::name(cuda::input_grad::select(dgrad))};
 }
 

@@ -3,12 +3,14 @@
 #include "../../conv11s4.h"
 #include "../common/problem.h"
 #include "../common/relayout.h"
-#include "layout.h"
+#include "../common/timed.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/_convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/empty.h>
+
+#include <functional>
 
 namespace alexop::cuda {
 namespace {
@@ -42,7 +44,7 @@ class CudnnTf32Scope {
 
 at::Context& context() { return at::globalContext(); }
 
-// The forward's layout where none has been timed (layout.h); the rules and
+// The forward's layout where none has been timed (common/timed.h); the rules and
 // their timings are the S17 rows of docs/perf-history.md. The result leaves
 // in the caller's format (output_memory_format); that layout stands unless
 // cuDNN's own kernels differ by more than the copies: full fp32 runs NCHW
@@ -64,15 +66,21 @@ int64_t output_pixels(const at::Tensor& input, int64_t padding) {
   return input.size(0) * out(2) * out(3);
 }
 
-enum class Op { kForward, kInputGrad, kWeightGrad };
-
-// The layout cache's key (layout.h): the op, its operands' device, dtype,
-// sizes and layouts (x's and the result's), and the precision.
-LayoutKey layout_key(Op op, const at::Tensor& x, at::IntArrayRef size, int64_t K, int64_t padding,
-                     bool allow_tf32, bool bias, at::MemoryFormat format) {
+// The layout cache's key (common/timed.h): which op's layout, its operands'
+// device, dtype, sizes and layouts (x's and the result's), and the precision.
+TimedKey layout_key(Decision op, const at::Tensor& x, at::IntArrayRef size, int64_t K, int64_t padding,
+                    bool allow_tf32, bool bias, at::MemoryFormat format) {
   return {(int64_t)op, x.get_device(), (int64_t)x.scalar_type(), allow_tf32,
           size[0],     size[1],        size[2],                   size[3],
           K,           padding,        (int64_t)x.suggest_memory_format(), (int64_t)format * 2 + bias};
+}
+
+// The faster of cuDNN's NCHW and channels_last kernels, run(layout) the op
+// in that layout, copies included.
+at::MemoryFormat faster_layout(
+    const TimedKey& key, at::MemoryFormat guess, const std::function<void(at::MemoryFormat)>& run) {
+  const auto nchw = at::MemoryFormat::Contiguous, nhwc = at::MemoryFormat::ChannelsLast;
+  return fastest(key, guess == nhwc, {[&] { run(nchw); }, [&] { run(nhwc); }}) == 1 ? nhwc : nchw;
 }
 
 }  // namespace
@@ -95,7 +103,7 @@ at::Tensor conv11s4_cudnn(
   };
   const int64_t K = weight.size(0);
   const auto layout = faster_layout(
-      layout_key(Op::kForward, input, input.sizes(), K, padding, allow_tf32, bias.has_value() && bias->defined(),
+      layout_key(Decision::kForwardLayout, input, input.sizes(), K, padding, allow_tf32, bias.has_value() && bias->defined(),
                  format),
       forward_guess(K, output_pixels(input, padding), input.scalar_type(), allow_tf32, format), run);
   return run(layout);
@@ -124,7 +132,7 @@ at::Tensor conv11s4_backward_input_cudnn(
     return relayout(dx, format);
   };
   const auto layout = faster_layout(
-      layout_key(Op::kInputGrad, grad_output, input_size, weight.size(0), padding, allow_tf32, false, format),
+      layout_key(Decision::kInputGradLayout, grad_output, input_size, weight.size(0), padding, allow_tf32, false, format),
       at::MemoryFormat::ChannelsLast, run);
   return run(layout);
 }
@@ -154,7 +162,7 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cudnn(
     return std::make_tuple(grad_weight.contiguous(), bias_grad ? grad_bias : at::empty({0}, input.options()));
   };
   const auto layout = faster_layout(
-      layout_key(Op::kWeightGrad, input, input.sizes(), out_channels, padding, allow_tf32, bias_grad,
+      layout_key(Decision::kWeightGradLayout, input, input.sizes(), out_channels, padding, allow_tf32, bias_grad,
                  grad_output.suggest_memory_format()),
       grad_output.suggest_memory_format(), run);
   return run(layout);

@@ -116,10 +116,11 @@ bool many_channels_pay(const Problem& p) {
 }
 
 // Slices of 3 input channels: 1 or 2 channels always (cuDNN's few-channel
-// weight gradients are slow), 4 to 16 where many_channels_pay.
-bool input_slices_pay(const Problem& p) {
+// weight gradients are slow), 4 to 16 where many_channels_pay (or, where
+// timed, wherever the kernels take them).
+bool input_slices_pay(const Problem& p, bool timed) {
   if (p.C < 1) return false;
-  return p.C < kC || many_channels_pay(p);
+  return p.C < kC || (timed ? p.C <= kMaxSlicedChannels : many_channels_pay(p));
 }
 
 // Slices of up to 96 filters: with 3 channels always, beside input slices
@@ -159,9 +160,9 @@ constexpr const char* kModeNames[] = {"3xtf32", "tf32", "", "3xfp16"};
 constexpr const char* kKernelNames[] = {"wgrad_generic", "wgrad_planes", "wgrad_gmma",
                                         "wgrad_mma",     "wgrad_mma",    "wgrad_mma", "wgrad_cudnn"};
 
-}  // namespace
-
-Choice select(const Problem& p) {
+// The choice, with slices for 4-16 channels by many_channels_pay or, where
+// timed, wherever the kernels take them.
+Choice choose(const Problem& p, bool timed) {
   Choice c;
   c.dtype = p.dtype;
   c.transposed = p.transposed;
@@ -185,7 +186,7 @@ Choice select(const Problem& p) {
     c = make(Kernel::kPlanes, q, k16);
   } else {
     if (p.C != kC) {
-      if (!input_slices_pay(p)) return c;
+      if (!input_slices_pay(p, timed)) return c;
       q.C = kC;  // each slice an NCHW view or copy (the last with zero channels added)
       q.nhwc = false;
       q.transposed = false;
@@ -201,6 +202,16 @@ Choice select(const Problem& p) {
   return c;
 }
 
+}  // namespace
+
+Choice select(const Problem& p) { return choose(p, false); }
+
+bool slices_timed(const Problem& p) {
+  return p.C > kC && p.C <= kMaxSlicedChannels && p.dtype != ScalarType::Double && !cudnn_fp32(p);
+}
+
+Choice sliced(const Problem& p) { return choose(p, true); }
+
 std::string name(const Choice& c) {
   if (c.kernel == Kernel::kGeneric || c.kernel == Kernel::kCudnn) return kKernelNames[(int)c.kernel];
   std::string s = c.slices > 0 ? slices_prefix(c.slices) : c.transposed ? "nhwc3_to_nchw+" : "";
@@ -214,6 +225,13 @@ std::string name(const Choice& c) {
   if (c.kernel == Kernel::kMmaSyncStrided) s += "_strided";
   s += "_c" + std::to_string(c.channels);
   return c.vec ? s + "_vec" : s;
+}
+
+std::string timed_name(const Problem& p) {
+  const auto guess = select(p);
+  if (!slices_timed(p)) return name(guess);
+  const auto other = guess.kernel == Kernel::kCudnn ? sliced(p) : Choice{Kernel::kCudnn};
+  return other.kernel == guess.kernel ? name(guess) : name(guess) + "|" + name(other);
 }
 
 }  // namespace alexop::cuda::weight_grad

@@ -1,6 +1,6 @@
-// The cuDNN fallbacks' layouts, timed once per problem (layout.h).
+// Choices timed once per problem (timed.h).
 
-#include "layout.h"
+#include "timed.h"
 
 #include <ATen/Context.h>
 #include <ATen/cuda/Sleep.h>
@@ -23,8 +23,8 @@ std::mutex& cache_mutex() {
   return m;
 }
 
-std::map<LayoutKey, at::MemoryFormat>& cache() {
-  static std::map<LayoutKey, at::MemoryFormat> c;
+std::map<TimedKey, int>& cache() {
+  static std::map<TimedKey, int> c;
   return c;
 }
 
@@ -61,10 +61,10 @@ class Timer {
 // its launches' host time, and a timing that waited on the host would
 // compare the layouts' host overheads, not their GPU times (perf-history
 // S25).
-float best_time(at::MemoryFormat layout, const std::function<void(at::MemoryFormat)>& run) {
-  run(layout);
+float best_time(const std::function<void()>& run) {
+  run();
   const auto t0 = std::chrono::steady_clock::now();
-  run(layout);
+  run();
   const double host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   // cycles: at least 1000 a microsecond on every GPU these kernels run on
   const int64_t spin_cycles = (int64_t)std::min(2 * host_us, 1e5) * 1000 + 20000;
@@ -73,7 +73,7 @@ float best_time(at::MemoryFormat layout, const std::function<void(at::MemoryForm
   for (int i = 0; i < 2; ++i) {
     at::cuda::sleep(spin_cycles);
     timer.start();
-    run(layout);
+    run();
     best = std::min(best, timer.stop());
   }
   return best;
@@ -81,30 +81,29 @@ float best_time(at::MemoryFormat layout, const std::function<void(at::MemoryForm
 
 }  // namespace
 
-at::MemoryFormat faster_layout(
-    const LayoutKey& key, at::MemoryFormat guess, const std::function<void(at::MemoryFormat)>& run) {
+int fastest(const TimedKey& key, int guess, const std::vector<std::function<void()>>& runs) {
+  // deterministic: the guess even where timed (by an earlier call, or in
+  // another process, a timing may have chosen otherwise)
+  if (at::globalContext().deterministicCuDNN() || at::globalContext().deterministicAlgorithms()) return guess;
   {
     const std::lock_guard<std::mutex> lock(cache_mutex());
     const auto it = cache().find(key);
     if (it != cache().end()) return it->second;
   }
-  if (at::globalContext().deterministicCuDNN() || at::globalContext().deterministicAlgorithms() ||
-      c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
-    return guess;
-  }
-  float nchw = 0, nhwc = 0;
+  if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) return guess;
+  int best = guess;
   try {
-    nchw = best_time(at::MemoryFormat::Contiguous, run);
-    nhwc = best_time(at::MemoryFormat::ChannelsLast, run);
+    float best_ms = std::numeric_limits<float>::infinity();
+    for (int i = 0; i < (int)runs.size(); ++i) {
+      const float ms = best_time(runs[i]);
+      if (ms < best_ms) best_ms = ms, best = i;
+    }
   } catch (const c10::Error&) {
-    // the timing's extra copies and workspace may not fit where the guess's
-    // do (or cuDNN may refuse one layout): the guess runs, untimed
-    return guess;
+    return guess;  // untimed: the guess runs
   }
-  const auto faster = nhwc < nchw ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
   const std::lock_guard<std::mutex> lock(cache_mutex());
-  cache().emplace(key, faster);
-  return faster;
+  cache().emplace(key, best);
+  return best;
 }
 
 }  // namespace alexop::cuda
