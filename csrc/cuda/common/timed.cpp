@@ -55,29 +55,41 @@ class Timer {
   cudaEvent_t start_{}, stop_{};
 };
 
-// One call to warm up (cuDNN's algorithm choice, the allocator), then the
-// best of two timed calls, each queued behind a GPU spin twice as long as
-// the host took to queue one: a small problem's GPU time is shorter than
-// its launches' host time, and a timing that waited on the host would
-// compare the layouts' host overheads, not their GPU times (perf-history
-// S25).
-float best_time(const std::function<void()>& run) {
-  run();
-  const auto t0 = std::chrono::steady_clock::now();
-  run();
-  const double host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  // cycles: at least 1000 a microsecond on every GPU these kernels run on
-  const int64_t spin_cycles = (int64_t)std::min(2 * host_us, 1e5) * 1000 + 20000;
-  Timer timer;
-  float best = std::numeric_limits<float>::infinity();
-  for (int i = 0; i < 2; ++i) {
-    at::cuda::sleep(spin_cycles);
-    timer.start();
+// Each way's best of kRounds timed calls, the ways taken in turn each
+// round (a drift in the GPU's clocks reaches them alike), each call queued
+// behind a GPU spin twice as long as the host took to queue it: a small
+// problem's GPU time is shorter than its launches' host time, and a timing
+// that waited on the host would compare host overheads, not GPU times
+// (perf-history S25). One call of each first warms up (cuDNN's algorithm
+// choice, the allocator, a nested choice's own timing).
+constexpr int kRounds = 3;
+
+std::vector<float> best_times(const std::vector<std::function<void()>>& runs) {
+  std::vector<int64_t> spin_cycles;
+  for (const auto& run : runs) {
     run();
-    best = std::min(best, timer.stop());
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const double host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    // cycles: at least 1000 a microsecond on every GPU these kernels run on
+    spin_cycles.push_back((int64_t)std::min(2 * host_us, 1e5) * 1000 + 20000);
+  }
+  Timer timer;
+  std::vector<float> best(runs.size(), std::numeric_limits<float>::infinity());
+  for (int round = 0; round < kRounds; ++round) {
+    for (size_t i = 0; i < runs.size(); ++i) {
+      at::cuda::sleep(spin_cycles[i]);
+      timer.start();
+      runs[i]();
+      best[i] = std::min(best[i], timer.stop());
+    }
   }
   return best;
 }
+
+// Another way than the guess must be this much faster to be kept: within
+// the timings' noise the guess stands.
+constexpr float kMargin = 0.97f;
 
 }  // namespace
 
@@ -93,10 +105,9 @@ int fastest(const TimedKey& key, int guess, const std::vector<std::function<void
   if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) return guess;
   int best = guess;
   try {
-    float best_ms = std::numeric_limits<float>::infinity();
+    const auto ms = best_times(runs);
     for (int i = 0; i < (int)runs.size(); ++i) {
-      const float ms = best_time(runs[i]);
-      if (ms < best_ms) best_ms = ms, best = i;
+      if (ms[i] < kMargin * ms[best]) best = i;
     }
   } catch (const c10::Error&) {
     return guess;  // untimed: the guess runs
