@@ -247,7 +247,7 @@ def write(rows, out, env, what):
         kern = ""
         if r["kernels"]:
             key = {"fwd": "forward", "wgrad": "weight_grad", "dgrad": "input_grad"}.get(r["item"], "forward")
-            kern = r["kernels"].get(key, "")
+            kern = r["kernels"].get(key, "").replace("|", "\\|")  # two timed choices: "a|b"
         err = "-" if r["rel_l2"] is None else f"{r['rel_l2']:.1e}"
         floor = floor_ms(r, env["device"])
         floor = "-" if floor is None else f"{floor:.3f}"
