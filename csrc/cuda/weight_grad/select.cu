@@ -20,6 +20,9 @@
 // 13.                                       -> mma.sync, register-staged, any strides
 // The wgmma kernel copies input rows by 16 bytes (vec) where vec_ok, else by
 // 4 (one fp32 element or a 16-bit pair).
+// At 4-16 channels in TF32 and 16-bit, rule 4's choice is a guess: the op
+// times the slices (sliced) against cuDNN on each problem's first call
+// (slices_timed, common/timed.h).
 
 #include "select.h"
 
