@@ -86,8 +86,9 @@ def kernel_for(input: Tensor, weight: Tensor, padding: int = 2) -> dict[str, str
         ``"fwd_cudnn"`` (cuDNN, in the memory layout its first call timed
         faster), ``"wgrad_cudnn|slice3x4+wgrad_gmma_bf16_c96"`` (two
         choices: the first call of each problem times both and the process
-        keeps the faster; the first is the one that runs untimed, under
-        ``torch.backends.cudnn.deterministic`` or before a CUDA graph capture)
+        keeps the faster; the first runs untimed: under
+        ``torch.backends.cudnn.deterministic``, and in a CUDA graph capture of
+        a problem no call has timed)
         on CUDA, ``"cpu_fwd_winograd_avx512"`` on the CPU; ``"none"`` where an
         empty result needs no kernel.
     """

@@ -4,7 +4,7 @@
 //  1. float64, or ALEXOP_CPU_CAPABILITY set -> alexop  [ATen's float64 convolution is its slow
 //                                              generic one; the variable names alexop's kernels
 //                                              for every shape: tests, A/B runs]
-// float16 / bfloat16 the CPU multiplies natively:
+// float16 / bfloat16 the CPU multiplies natively, outputs wider than one_column:
 //  2. forward, weight gradient         -> ATen in that dtype  [oneDNN's 16-bit kernels beat alexop's float32 ones]
 //  3. input gradient: many_channels_16 -> ATen in that dtype
 // float32 (other 16-bit computes in float32, and these rules are asked of its float32 problem),
@@ -111,14 +111,15 @@ std::pair<bool, bool> native_16bit() {
 #endif
 }
 
+bool native(const Problem& p) {
+  return p.dtype == c10::ScalarType::BFloat16 ? p.cpu.bf16 : p.dtype == c10::ScalarType::Half && p.cpu.fp16;
+}
 // oneDNN's native 16-bit kernels return wrong values, finite or not, for
 // outputs one column wide (ATen 2.11 and 2.14: channels_last weight
 // gradients of inputs narrower than the padding with AVX512-BF16, forwards
 // with AMX; docs/cpu.md): those compute in float32.
-bool native(const Problem& p) {
-  if (p.Q == 1) return false;
-  return p.dtype == c10::ScalarType::BFloat16 ? p.cpu.bf16 : p.dtype == c10::ScalarType::Half && p.cpu.fp16;
-}
+bool one_column(const Problem& p) { return p.Q == 1; }
+bool native_aten(const Problem& p) { return native(p) && !one_column(p); }
 bool alexop_always(const Problem& p) { return p.dtype == c10::ScalarType::Double || p.cpu.forced; }
 
 int64_t pixels(const Problem& p) { return p.N * p.P * p.Q; }
@@ -220,7 +221,7 @@ Problem problem(
 
 bool aten_forward(const Problem& p) {
   if (alexop_always(p)) return false;
-  if (is_16bit(p)) return native(p);
+  if (is_16bit(p)) return native_aten(p);
   switch (p.cpu.isa) {
     case Isa::kAvx512:
       return few_filters(p, kMinForwardFilters) || small_problem(p) || small_forward(p) || small_sliver(p) ||
@@ -234,7 +235,7 @@ bool aten_forward(const Problem& p) {
 }
 bool aten_weight_grad(const Problem& p) {
   if (alexop_always(p)) return false;
-  if (is_16bit(p)) return native(p);
+  if (is_16bit(p)) return native_aten(p);
   switch (p.cpu.isa) {
     case Isa::kAvx512:
       return few_filters(p, kMinWeightGradFilters) || small_problem(p) || small_nhwc_weight_grad(p);
@@ -247,7 +248,7 @@ bool aten_weight_grad(const Problem& p) {
 }
 bool aten_input_grad(const Problem& p) {
   if (alexop_always(p)) return false;
-  if (is_16bit(p)) return native(p) && many_channels_16(p);
+  if (is_16bit(p)) return native_aten(p) && many_channels_16(p);
   switch (p.cpu.isa) {
     case Isa::kAvx512:
       return many_channels(p);

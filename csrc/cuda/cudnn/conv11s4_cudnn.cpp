@@ -44,8 +44,8 @@ class CudnnTf32Scope {
 
 at::Context& context() { return at::globalContext(); }
 
-// The forward's layout where none has been timed (common/timed.h); the rules and
-// their timings are the S17 rows of docs/perf-history.md. The result leaves
+// The forward's layout where none has been timed (common/timed.h); the rules
+// and their timings are the S17 rows of docs/perf-history.md. The result leaves
 // in the caller's format (output_memory_format); that layout stands unless
 // cuDNN's own kernels differ by more than the copies: full fp32 runs NCHW
 // (cuDNN's fp32 kernels are NCHW ones), TF32 with a C_out that is not a
@@ -103,8 +103,8 @@ at::Tensor conv11s4_cudnn(
   };
   const int64_t K = weight.size(0);
   const auto layout = faster_layout(
-      layout_key(Decision::kForwardLayout, input, input.sizes(), K, padding, allow_tf32, bias.has_value() && bias->defined(),
-                 format),
+      layout_key(Decision::kForwardLayout, input, input.sizes(), K, padding, allow_tf32,
+                 bias.has_value() && bias->defined(), format),
       forward_guess(K, output_pixels(input, padding), input.scalar_type(), allow_tf32, format), run);
   return run(layout);
 }
@@ -132,7 +132,8 @@ at::Tensor conv11s4_backward_input_cudnn(
     return relayout(dx, format);
   };
   const auto layout = faster_layout(
-      layout_key(Decision::kInputGradLayout, grad_output, input_size, weight.size(0), padding, allow_tf32, false, format),
+      layout_key(Decision::kInputGradLayout, grad_output, input_size, weight.size(0), padding, allow_tf32, false,
+                 format),
       at::MemoryFormat::ChannelsLast, run);
   return run(layout);
 }
