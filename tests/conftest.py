@@ -95,7 +95,7 @@ class precision:
 
 class untimed:
     """torch.backends.cudnn.deterministic for the duration of a block: where kernel_for names two
-    timed choices ("a|b"), a runs."""
+    timed choices ("a|b"), a runs, on the GPU and on the CPU."""
 
     def __enter__(self):
         self.saved = torch.backends.cudnn.deterministic
@@ -103,6 +103,11 @@ class untimed:
 
     def __exit__(self, *exc):
         torch.backends.cudnn.deterministic = self.saved
+
+
+def guesses(names):
+    """kernel_for's names with only the first of two timed choices ("a|b"): what runs untimed."""
+    return {op: name.split("|")[0] for op, name in names.items()}
 
 
 def rel_l2(out, ref):

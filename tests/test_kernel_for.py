@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import alexop
-from conftest import HOST_CPU, make_inputs, needs_cuda, precision, sm80_kernels_forced, wgmma_kernels_run
+from conftest import HOST_CPU, guesses, make_inputs, needs_cuda, precision, sm80_kernels_forced, wgmma_kernels_run
 from test_every_shape import (
     FIRST_LAYER_CHOICES,
     HOPPER_CHUNK_CHOICES,
@@ -35,8 +35,9 @@ def _named_cpu(cpu, n, c, k, h, dtype=torch.float32, channels_last=False, paddin
 
 
 def _runs(names):
-    """kernel_for's names as "aten" or "alexop", forward, weight gradient, input gradient."""
-    return tuple("aten" if v.endswith("_aten") else "alexop" for v in names.values())
+    """kernel_for's names as "aten" or "alexop", forward, weight gradient, input gradient: the
+    selector's guess where a problem is timed ("a|b")."""
+    return tuple("aten" if v.endswith("_aten") else "alexop" for v in guesses(names).values())
 
 
 def test_cpu_names(monkeypatch):
@@ -62,9 +63,9 @@ def test_cpu_names(monkeypatch):
     ("default", {"forward": "cpu_fwd_aten", "weight_grad": "cpu_wgrad_direct_default", "input_grad": "cpu_dgrad_aten"}),
 ])
 def test_named_cpu_names(cpu, want):
-    assert _named_cpu(cpu, 1, 3, 96, 224) == want
+    assert guesses(_named_cpu(cpu, 1, 3, 96, 224)) == want
     assert "aten" not in str(_named_cpu(cpu, 1, 3, 96, 224, torch.float64))
-    assert _named_cpu(cpu, 1, 3, 96, 224, torch.bfloat16) == want  # computed in float32
+    assert _named_cpu(cpu, 1, 3, 96, 224, torch.bfloat16) == _named_cpu(cpu, 1, 3, 96, 224)  # computed in float32
 
 
 def test_named_cpu_checks_its_arguments():
@@ -141,8 +142,8 @@ WINOGRAD_ROWS = [
 @pytest.mark.parametrize("size,want", WINOGRAD_ROWS, ids=lambda v: str(v))
 def test_cpu_winograd_forward_with_tiles_in_lanes(size, want):
     *size, channels_last = size
-    assert _named_cpu("avx512", *size, channels_last=channels_last)["forward"] == want
-    assert _named_cpu("avx2", *size, channels_last=channels_last)["forward"] == "cpu_fwd_direct_avx2"
+    assert guesses(_named_cpu("avx512", *size, channels_last=channels_last))["forward"] == want
+    assert guesses(_named_cpu("avx2", *size, channels_last=channels_last))["forward"] == "cpu_fwd_direct_avx2"
 
 
 @pytest.mark.parametrize("size,want", CPU_CHOICES, ids=lambda v: str(v))
@@ -242,6 +243,36 @@ CPU_CHOICES_PORTABLE = [
 def test_cpu_aten_where_portable_kernels_are_slower(size, want):
     *size, channels_last = size
     assert _runs(_named_cpu("default", *size, channels_last=channels_last)) == want
+
+
+# The CPU's timed choices by name: the first call of a problem of up to 2e9 floating-point
+# operations times alexop's kernels against ATen's and keeps the faster, named "guess|other";
+# float32, and float16 / bfloat16 where the CPU multiplies them natively (elsewhere they are asked
+# as float32). One name beyond that size, for float64 and under ALEXOP_CPU_CAPABILITY.
+# (cpu, N, C_in, C_out, H, dtype) -> timed.
+CPU_TIMED = [
+    (("avx512", 1, 3, 96, 224, torch.float32), True),
+    (("avx512", 9, 3, 96, 224, torch.float32), True),  # 1.9e9
+    (("avx512", 10, 3, 96, 224, torch.float32), False),  # 2.1e9
+    (("avx512", 1, 16, 384, 224, torch.float32), False),
+    (("avx512", 2, 7, 256, 69, torch.float32), True),
+    (("avx512", 1, 3, 96, 224, torch.float64), False),
+    (("avx512", 1, 3, 96, 224, torch.bfloat16), True),  # float32's choice
+    (("avx512_bf16", 1, 3, 96, 224, torch.bfloat16), True),  # ATen's bfloat16 or alexop's float32
+    (("avx512_bf16", 10, 3, 96, 224, torch.bfloat16), False),
+    (("avx2", 8, 8, 96, 63, torch.float32), True),
+    (("default", 8, 3, 16, 224, torch.float32), True),
+]
+
+
+@pytest.mark.parametrize("case,timed", CPU_TIMED, ids=lambda v: str(v))
+def test_cpu_timed_choices_by_name(case, timed):
+    cpu, n, c, k, h, dtype = case
+    names = _named_cpu(cpu, n, c, k, h, dtype)
+    for op, name in names.items():
+        ways = name.split("|")
+        assert len(ways) == (2 if timed else 1), (op, name)
+        assert sum(way.endswith("_aten") for way in ways) == (1 if timed else ways[0].endswith("_aten")), (op, name)
 
 
 @pytest.mark.parametrize("cpu", ["default", "avx2", "avx512", "avx512_bf16", "avx512_fp16"])

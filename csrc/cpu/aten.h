@@ -21,4 +21,9 @@ at::Tensor input_grad_aten(
 std::tuple<at::Tensor, at::Tensor> weight_grad_aten(
     const at::Tensor& grad_output, const at::Tensor& input, int64_t K, int64_t padding, bool bias_grad);
 
+// Whether every element of t, a 16-bit result of ATen's, is finite: oneDNN's
+// native 16-bit kernels do not place Inf and NaN where float64 F.conv2d
+// does, and the ops compute such results again with alexop's kernels.
+bool finite(const at::Tensor& t);
+
 }  // namespace alexop::cpu

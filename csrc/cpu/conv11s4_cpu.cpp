@@ -18,10 +18,10 @@
 #include "kernels.h"
 #include "packing.h"
 #include "select.h"
+#include "timed.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
-#include <ATen/ops/aminmax.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/nan_to_num.h>
 #include <ATen/ops/zeros.h>
@@ -823,29 +823,69 @@ void advise_huge_pages(const at::Tensor& t) {
   (void)t;
 #endif
 }
-
 bool is_reduced(const at::Tensor& t) {
   return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
 }
 
-// Whether every element of a 16-bit result of ATen's is finite. Where not,
-// the op computes it again with alexop's kernels: oneDNN's native 16-bit
-// kernels do not place Inf and NaN where float64 F.conv2d does, alexop's do.
-// One pass over the storage as one row (a channels_last tensor reduced in
-// its own strides took 8x as long), without a float copy: a bfloat16 sum has
-// float32's range, finite exactly where every element is (an overflow only
-// costs the exact path); float16's would overflow, its least and greatest
-// are read instead (a NaN makes both NaN).
-bool finite(const at::Tensor& t) {
-  if (t.numel() == 0) return true;
-  const auto flat = t.is_non_overlapping_and_dense() ? t.as_strided({t.numel()}, {1}) : t;
-  if (t.scalar_type() == at::kBFloat16) return std::isfinite(flat.sum().item<float>());
-  const auto [lo, hi] = at::aminmax(flat);
-  return std::isfinite(lo.item<float>()) && std::isfinite(hi.item<float>());
-}
-
 const at::ScalarType kCpuTypes[] = {
     at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
+
+// alexop's kernels, float16 and bfloat16 in float32.
+at::Tensor forward_alexop(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias_opt,
+                          int64_t padding, bool rows, at::IntArrayRef out_size) {
+  const bool has_bias = bias_opt.has_value() && bias_opt->defined();
+  if (is_reduced(input)) {
+    const auto bias = has_bias ? std::optional<at::Tensor>(bias_opt->to(at::kFloat)) : std::nullopt;
+    return forward_alexop(input.to(at::kFloat), weight.to(at::kFloat), bias, padding, rows, out_size)
+        .to(input.scalar_type());
+  }
+  auto output = at::empty(out_size, input.options().memory_format(output_memory_format(input, weight)));
+  advise_huge_pages(output);
+  const auto w = weight.contiguous();
+  const auto bias = has_bias ? bias_opt->contiguous() : at::Tensor();
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "conv11s4_cpu", [&] {
+    forward<scalar_t>(input, w, has_bias ? bias.const_data_ptr<scalar_t>() : nullptr, padding, rows, output);
+  });
+  return output;
+}
+
+at::Tensor input_grad_alexop(
+    const at::Tensor& grad_output, const at::Tensor& weight, at::IntArrayRef input_size, int64_t padding) {
+  if (is_reduced(grad_output)) {
+    return input_grad_alexop(grad_output.to(at::kFloat), weight.to(at::kFloat), input_size, padding)
+        .to(grad_output.scalar_type());
+  }
+  auto grad_input =
+      at::empty(input_size, grad_output.options().memory_format(output_memory_format(grad_output, weight)));
+  advise_huge_pages(grad_input);
+  const auto w = weight.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(grad_output.scalar_type(), "conv11s4_backward_input_cpu", [&] {
+    input_grad<scalar_t>(grad_output, w, padding, grad_input);
+  });
+  return grad_input;
+}
+
+std::tuple<at::Tensor, at::Tensor> weight_grad_alexop(
+    const at::Tensor& grad_output, const at::Tensor& input, int64_t K, int64_t padding, bool bias_grad) {
+  if (is_reduced(input)) {
+    auto [gw, gb] = weight_grad_alexop(grad_output.to(at::kFloat), input.to(at::kFloat), K, padding, bias_grad);
+    return {gw.to(input.scalar_type()), gb.to(input.scalar_type())};
+  }
+  auto grad_bias = at::zeros({bias_grad ? K : 0}, input.options());
+  auto grad_weight = at::empty({K, input.size(1), kKernelSize, kKernelSize}, input.options());
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "conv11s4_backward_weight_cpu", [&] {
+    weight_grad<scalar_t>(grad_output, input, padding, grad_weight.mutable_data_ptr<scalar_t>(),
+                          bias_grad ? grad_bias.mutable_data_ptr<scalar_t>() : nullptr);
+  });
+  return {grad_weight, grad_bias};
+}
+
+// Each op: where its problem is asked in float32 (select.h: in_own_dtype),
+// the float32 op's result converted; else ATen's convolution where the
+// selector or its timing says (a 16-bit result of ATen's with non-finite
+// elements computed again: oneDNN's native 16-bit kernels do not place Inf
+// and NaN where float64 F.conv2d does, alexop's do), alexop's kernels
+// otherwise.
 
 at::Tensor conv11s4_cpu(
     const at::Tensor& input,
@@ -854,38 +894,29 @@ at::Tensor conv11s4_cpu(
     int64_t padding) {
   const auto size = check_conv11s4(input, weight, bias_opt, padding);
   check_dtype("alexop.conv11s4", input, kCpuTypes, "CPU");
-  const bool has_bias = bias_opt.has_value() && bias_opt->defined();
   const int64_t out_size[] = {size[0].expect_int(), size[1].expect_int(),
                               size[2].expect_int(), size[3].expect_int()};
-  const bool no_output = c10::multiply_integers(at::IntArrayRef(out_size)) == 0;
+  if (c10::multiply_integers(at::IntArrayRef(out_size)) == 0) {
+    return at::empty(out_size, input.options().memory_format(output_memory_format(input, weight)));
+  }
   const auto problem = cpu::problem(input.scalar_type(), input.sizes(), weight.size(0), padding,
                                     output_memory_format(input, weight), cpu::this_cpu());
-  if (!no_output && cpu::aten_forward(problem)) {
-    auto output = cpu::forward_aten(input, weight, bias_opt, padding);
-    if (!is_reduced(input) || finite(output)) return output;
-  }
-  if (is_reduced(input)) {
-    const auto bias = has_bias
+  if (!cpu::in_own_dtype(problem)) {
+    const auto bias = bias_opt.has_value() && bias_opt->defined()
         ? std::optional<at::Tensor>(bias_opt->to(at::kFloat))
         : std::nullopt;
-    return conv11s4_cpu(
-               input.to(at::kFloat), weight.to(at::kFloat), bias, padding)
-        .to(input.scalar_type());
+    return conv11s4_cpu(input.to(at::kFloat), weight.to(at::kFloat), bias, padding).to(input.scalar_type());
   }
-  const auto format = output_memory_format(input, weight);
-  if (no_output) {
-    return at::empty(out_size, input.options().memory_format(format));
+  const auto aten = [&] { return cpu::forward_aten(input, weight, bias_opt, padding); };
+  const auto own = [&] {
+    return forward_alexop(input, weight, bias_opt, padding, cpu::winograd_rows_forward(problem), out_size);
+  };
+  if (cpu::aten_timed(Decision::kCpuForward, problem, bias_opt.has_value() && bias_opt->defined(),
+                      cpu::aten_forward(problem), aten, own)) {
+    auto output = aten();
+    if (!is_reduced(input) || cpu::finite(output)) return output;
   }
-  auto output = at::empty(out_size, input.options().memory_format(format));
-  advise_huge_pages(output);
-  const auto w = weight.contiguous();
-  const auto bias = has_bias ? bias_opt->contiguous() : at::Tensor();
-  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "conv11s4_cpu", [&] {
-    forward<scalar_t>(input, w,
-                      has_bias ? bias.const_data_ptr<scalar_t>() : nullptr,
-                      padding, cpu::winograd_rows_forward(problem), output);
-  });
-  return output;
+  return own();
 }
 
 at::Tensor conv11s4_backward_input_cpu(
@@ -897,31 +928,23 @@ at::Tensor conv11s4_backward_input_cpu(
   check_dtype(
       "alexop.conv11s4_backward_input", grad_output, kCpuTypes, "CPU");
   const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
-  if (c10::multiply_integers(input_size) > 0 &&
-      cpu::aten_input_grad(cpu::problem(
-          grad_output.scalar_type(), input_size, weight.size(0), padding,
-          output_memory_format(grad_output, weight), cpu::this_cpu()))) {
-    auto grad_input = cpu::input_grad_aten(grad_output, weight, input_size, padding);
-    if (!is_reduced(grad_output) || finite(grad_input)) return grad_input;
-  }
-  if (is_reduced(grad_output)) {
-    return conv11s4_backward_input_cpu(
-               grad_output.to(at::kFloat), weight.to(at::kFloat),
-               input_size_sym, padding)
-        .to(grad_output.scalar_type());
-  }
   const auto format = output_memory_format(grad_output, weight);
   if (c10::multiply_integers(input_size) == 0) {
     return at::empty(input_size, grad_output.options().memory_format(format));
   }
-  auto grad_input = at::empty(input_size, grad_output.options().memory_format(format));
-  advise_huge_pages(grad_input);
-  const auto w = weight.contiguous();
-  AT_DISPATCH_FLOATING_TYPES(
-      grad_output.scalar_type(), "conv11s4_backward_input_cpu", [&] {
-        input_grad<scalar_t>(grad_output, w, padding, grad_input);
-      });
-  return grad_input;
+  const auto problem = cpu::problem(grad_output.scalar_type(), input_size, weight.size(0), padding, format,
+                                    cpu::this_cpu());
+  if (!cpu::in_own_dtype(problem)) {
+    return conv11s4_backward_input_cpu(grad_output.to(at::kFloat), weight.to(at::kFloat), input_size_sym, padding)
+        .to(grad_output.scalar_type());
+  }
+  const auto aten = [&] { return cpu::input_grad_aten(grad_output, weight, input_size, padding); };
+  const auto own = [&] { return input_grad_alexop(grad_output, weight, input_size, padding); };
+  if (cpu::aten_timed(Decision::kCpuInputGrad, problem, 0, cpu::aten_input_grad(problem), aten, own)) {
+    auto grad_input = aten();
+    if (!is_reduced(grad_output) || cpu::finite(grad_input)) return grad_input;
+  }
+  return own();
 }
 
 std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cpu(
@@ -937,27 +960,19 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cpu(
     return {at::zeros({K, C, kKernelSize, kKernelSize}, input.options()),
             at::zeros({bias_grad ? K : 0}, input.options())};
   }
-  if (cpu::aten_weight_grad(cpu::problem(
-          input.scalar_type(), input.sizes(), K, padding,
-          output_memory_format(input, grad_output), cpu::this_cpu()))) {
-    auto [grad_weight, grad_bias] = cpu::weight_grad_aten(grad_output, input, K, padding, bias_grad);
-    if (!is_reduced(input) || (finite(grad_weight) && finite(grad_bias))) return {grad_weight, grad_bias};
-  }
-  if (is_reduced(input)) {
-    auto [gw, gb] = conv11s4_backward_weight_cpu(
-        grad_output.to(at::kFloat), input.to(at::kFloat), padding, bias_grad);
+  const auto problem = cpu::problem(input.scalar_type(), input.sizes(), K, padding,
+                                    output_memory_format(input, grad_output), cpu::this_cpu());
+  if (!cpu::in_own_dtype(problem)) {
+    auto [gw, gb] = conv11s4_backward_weight_cpu(grad_output.to(at::kFloat), input.to(at::kFloat), padding, bias_grad);
     return {gw.to(input.scalar_type()), gb.to(input.scalar_type())};
   }
-  auto grad_bias = at::zeros({bias_grad ? K : 0}, input.options());
-  auto grad_weight = at::empty({K, C, kKernelSize, kKernelSize}, input.options());
-  AT_DISPATCH_FLOATING_TYPES(
-      input.scalar_type(), "conv11s4_backward_weight_cpu", [&] {
-        weight_grad<scalar_t>(
-            grad_output, input, padding,
-            grad_weight.mutable_data_ptr<scalar_t>(),
-            bias_grad ? grad_bias.mutable_data_ptr<scalar_t>() : nullptr);
-      });
-  return {grad_weight, grad_bias};
+  const auto aten = [&] { return cpu::weight_grad_aten(grad_output, input, K, padding, bias_grad); };
+  const auto own = [&] { return weight_grad_alexop(grad_output, input, K, padding, bias_grad); };
+  if (cpu::aten_timed(Decision::kCpuWeightGrad, problem, bias_grad, cpu::aten_weight_grad(problem), aten, own)) {
+    auto [grad_weight, grad_bias] = aten();
+    if (!is_reduced(input) || (cpu::finite(grad_weight) && cpu::finite(grad_bias))) return {grad_weight, grad_bias};
+  }
+  return own();
 }
 
 }  // namespace

@@ -5,9 +5,9 @@
 // instruction set has it for the dtype (float16 and bfloat16 otherwise run
 // in float32), with tiles in lanes where select.h says, else direct, and
 // the input gradient by space-to-depth; each named with the instruction
-// set. "none" where the result is empty. Where a
-// Winograd result comes out non-finite, the direct kernel computes it again;
-// the name is the first choice's.
+// set. "none" where the result is empty. Where a Winograd result comes out
+// non-finite, the direct kernel computes it again; the name is the first
+// choice's. A problem timed on its first call is named "guess|other".
 
 #include "../conv11s4.h"
 #include "kernels.h"
@@ -21,23 +21,25 @@
 namespace alexop {
 namespace {
 
-// p: the op's problem; compute: the same in the dtype alexop's kernels
-// compute in, asked where ATen does not take p (as the ops do).
+// The op's choice: the selector's, then the other where the first call of
+// p times both (select.h: timed), as on CUDA ("guess|other").
+std::string choice(const cpu::Problem& p, bool aten, const std::string& aten_name, const std::string& own) {
+  const auto& first = aten ? aten_name : own;
+  return cpu::timed(p) ? first + "|" + (aten ? own : aten_name) : first;
+}
+
+// p: the op's problem, in the dtype it is asked in (select.h: in_own_dtype).
 template <typename T>
-std::vector<std::string> names(const cpu::Problem& p, const cpu::Problem& compute) {
+std::vector<std::string> names(const cpu::Problem& p) {
   const auto& k = cpu::kernels<T>(p.cpu.isa);
   const std::string suffix = cpu::isa_name(p.cpu.isa);
-  return {cpu::aten_forward(p) || cpu::aten_forward(compute)
-              ? "cpu_fwd_aten"
-              : std::string("cpu_fwd_") +
-                    (k.winograd_rows && cpu::winograd_rows_forward(compute) ? "winograd_rows_"
-                     : k.winograd_input                                      ? "winograd_"
-                                                                             : "direct_") +
-                    suffix,
-          cpu::aten_weight_grad(p) || cpu::aten_weight_grad(compute)
-              ? "cpu_wgrad_aten"
-              : std::string("cpu_wgrad_") + (k.winograd_grad[0].fn ? "winograd_" : "direct_") + suffix,
-          cpu::aten_input_grad(p) || cpu::aten_input_grad(compute) ? "cpu_dgrad_aten" : "cpu_dgrad_s2d_" + suffix};
+  const std::string forward = k.winograd_rows && cpu::winograd_rows_forward(p) ? "winograd_rows_"
+                              : k.winograd_input                               ? "winograd_"
+                                                                               : "direct_";
+  return {choice(p, cpu::aten_forward(p), "cpu_fwd_aten", "cpu_fwd_" + forward + suffix),
+          choice(p, cpu::aten_weight_grad(p), "cpu_wgrad_aten",
+                 std::string("cpu_wgrad_") + (k.winograd_grad[0].fn ? "winograd_" : "direct_") + suffix),
+          choice(p, cpu::aten_input_grad(p), "cpu_dgrad_aten", "cpu_dgrad_s2d_" + suffix)};
 }
 
 std::vector<std::string> kernel_names(
@@ -49,10 +51,9 @@ std::vector<std::string> kernel_names(
   const bool f64 = input.scalar_type() == at::kDouble;
   // grad_output as autograd makes it: the output's memory format
   const auto format = output_memory_format(input, weight);
-  const auto p = cpu::problem(input.scalar_type(), input.sizes(), weight.size(0), padding, format, cpu);
-  const auto compute =
-      cpu::problem(f64 ? at::kDouble : at::kFloat, input.sizes(), weight.size(0), padding, format, cpu);
-  return f64 ? names<double>(p, compute) : names<float>(p, compute);
+  auto p = cpu::problem(input.scalar_type(), input.sizes(), weight.size(0), padding, format, cpu);
+  if (!cpu::in_own_dtype(p)) p.dtype = at::kFloat;
+  return f64 ? names<double>(p) : names<float>(p);
 }
 
 std::vector<std::string> kernel_for_cpu(const at::Tensor& input, const at::Tensor& weight, int64_t padding) {

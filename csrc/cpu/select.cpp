@@ -21,6 +21,10 @@
 //     many_channels_direct                                    -> ATen
 //  7. otherwise                                               -> alexop
 //
+// Up to kTimedFlops, the first call of each problem times both and keeps
+// the faster (timed): the rules are the guess, and the thresholds below
+// were measured on one CPU.
+//
 // ATen runs in the caller's layout, as the F.conv2d alexop replaces would,
 // and the thresholds are where alexop's kernels lose to that (grids against
 // oneDNN, docs/cpu.md: AVX-512 measured; AVX2 and the portable kernels
@@ -93,6 +97,11 @@ constexpr int64_t kFewColumns = 6;
 // Channels beyond which oneDNN's forward on few columns is the faster in
 // either layout (its channels_last one of up to 3 is slow at any width).
 constexpr int64_t kFewNarrowChannels = 3;
+
+// The most floating-point operations of a timed problem: its first call
+// runs the op 9 times, which costs little once at this size (docs/cpu.md),
+// and the rules' margins are wide beyond it.
+constexpr double kTimedFlops = 2e9;
 
 // AVX512-BF16 dot products for bfloat16, AVX512-FP16 arithmetic for float16
 // (CPUID leaf 7; the AVX-512 state enabled by the OS, as avx512f says).
@@ -215,9 +224,20 @@ Problem problem(
     c10::ScalarType dtype, c10::IntArrayRef input_size, int64_t K, int64_t padding, c10::MemoryFormat format,
     const Cpu& cpu) {
   const auto out = [&](int64_t d) { return (d + 2 * padding - kKernelSize) / kStride + 1; };
-  return {dtype,          input_size[0], input_size[1], K, out(input_size[2]), out(input_size[3]),
-          format == c10::MemoryFormat::ChannelsLast, cpu};
+  return {dtype,
+          input_size[0],
+          input_size[1],
+          K,
+          out(input_size[2]),
+          out(input_size[3]),
+          format == c10::MemoryFormat::ChannelsLast,
+          cpu,
+          input_size[2],
+          input_size[3],
+          padding};
 }
+
+bool in_own_dtype(const Problem& p) { return !is_16bit(p) || native_aten(p); }
 
 bool aten_forward(const Problem& p) {
   if (alexop_always(p)) return false;
@@ -258,6 +278,11 @@ bool aten_input_grad(const Problem& p) {
       return many_portable_filters(p) || many_channels_direct(p);
   }
   return false;
+}
+
+bool timed(const Problem& p) {
+  const double flops = 2.0 * kKernelSize * kKernelSize * (double)pixels(p) * p.C * p.K;
+  return !alexop_always(p) && in_own_dtype(p) && flops <= kTimedFlops;
 }
 
 // With one channel (16 products a tile per output channel) the output

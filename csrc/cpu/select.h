@@ -4,7 +4,8 @@
 // which of alexop's forwards. A pure function of the problem and the CPU it
 // runs on, asked by the ops (conv11s4_cpu.cpp) and by _kernel_for
 // (kernel_for_cpu.cpp), and of a CPU named rather than present by
-// _kernel_for_cpu.
+// _kernel_for_cpu. Where a problem is timed, that choice is the guess, and
+// the first call times both (timed.h).
 
 #include "kernels.h"
 
@@ -38,6 +39,7 @@ struct Problem {
   int64_t P, Q;           // output rows and columns
   bool channels_last;     // the layout ATen would run in (output_memory_format)
   Cpu cpu;
+  int64_t H, W, padding;  // the input's rows and columns, the padding
 };
 
 // The problem of an input of input_size (N, C, H, W) and K filters, computed
@@ -46,11 +48,22 @@ Problem problem(
     c10::ScalarType dtype, c10::IntArrayRef input_size, int64_t K, int64_t padding, c10::MemoryFormat format,
     const Cpu& cpu);
 
-// true where ATen runs the op instead of alexop's kernels; for float16 /
-// bfloat16, in that dtype (false: the op converts to float32 and asks again).
+// Whether a float16 / bfloat16 problem is asked in its own dtype, where ATen
+// may run it (the CPU multiplies it natively), rather than converted to
+// float32 and asked as such; true for float32 and float64.
+bool in_own_dtype(const Problem& p);
+
+// true where ATen runs the op instead of alexop's kernels (which compute
+// float16 / bfloat16 in float32); asked of a problem in_own_dtype.
 bool aten_forward(const Problem& p);
 bool aten_weight_grad(const Problem& p);
 bool aten_input_grad(const Problem& p);
+
+// Whether the first call of p times alexop's kernels against ATen's, the
+// choice above being the guess: float32 problems and 16-bit ones in their
+// own dtype (not float64, not under ALEXOP_CPU_CAPABILITY), up to a size at
+// which the timing's extra calls cost little once.
+bool timed(const Problem& p);
 
 // Where alexop's forward runs: true for the Winograd forward with tiles in
 // lanes (kernels.h: WinogradRowsFn), where the instruction set has it.

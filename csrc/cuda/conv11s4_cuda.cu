@@ -482,8 +482,8 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
   if (wg::slices_timed(problem)) {
     const auto slices = wg::sliced(problem);
     if (slices.kernel != wg::Kernel::kCudnn) {
-      const cuda::TimedKey key{
-          (int64_t)cuda::Decision::kWeightGradKernel, input.get_device(),
+      const TimedKey key{
+          (int64_t)Decision::kWeightGradKernel, input.get_device(),
           (int64_t)input.scalar_type(), cudnn_tf32(), input.size(0), input.size(1),
           input.size(2), input.size(3), K, padding,
           (int64_t)input.suggest_memory_format(),

@@ -1,32 +1,18 @@
-// Choices timed once per problem (timed.h).
+// Choices timed once per problem on the GPU (timed.h).
 
 #include "timed.h"
 
-#include <ATen/Context.h>
 #include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAStream.h>
-#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <chrono>
 #include <limits>
-#include <map>
-#include <mutex>
 
 namespace alexop::cuda {
 namespace {
-
-std::mutex& cache_mutex() {
-  static std::mutex m;
-  return m;
-}
-
-std::map<TimedKey, int>& cache() {
-  static std::map<TimedKey, int> c;
-  return c;
-}
 
 // A CUDA event pair on the current stream: the GPU time of what is queued
 // between start() and stop().
@@ -64,7 +50,7 @@ class Timer {
 // choice, the allocator, a nested choice's own timing).
 constexpr int kRounds = 3;
 
-std::vector<float> best_times(const std::vector<std::function<void()>>& runs) {
+std::vector<double> best_times(const std::vector<std::function<void()>>& runs) {
   std::vector<int64_t> spin_cycles;
   for (const auto& run : runs) {
     run();
@@ -75,46 +61,23 @@ std::vector<float> best_times(const std::vector<std::function<void()>>& runs) {
     spin_cycles.push_back((int64_t)std::min(2 * host_us, 1e5) * 1000 + 20000);
   }
   Timer timer;
-  std::vector<float> best(runs.size(), std::numeric_limits<float>::infinity());
+  std::vector<double> best(runs.size(), std::numeric_limits<double>::infinity());
   for (int round = 0; round < kRounds; ++round) {
     for (size_t i = 0; i < runs.size(); ++i) {
       at::cuda::sleep(spin_cycles[i]);
       timer.start();
       runs[i]();
-      best[i] = std::min(best[i], timer.stop());
+      best[i] = std::min(best[i], (double)timer.stop());
     }
   }
   return best;
 }
 
-// Another way than the guess must be this much faster to be kept: within
-// the timings' noise the guess stands.
-constexpr float kMargin = 0.97f;
-
 }  // namespace
 
 int fastest(const TimedKey& key, int guess, const std::vector<std::function<void()>>& runs) {
-  // deterministic: the guess even where timed (by an earlier call, or in
-  // another process, a timing may have chosen otherwise)
-  if (at::globalContext().deterministicCuDNN() || at::globalContext().deterministicAlgorithms()) return guess;
-  {
-    const std::lock_guard<std::mutex> lock(cache_mutex());
-    const auto it = cache().find(key);
-    if (it != cache().end()) return it->second;
-  }
-  if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) return guess;
-  int best = guess;
-  try {
-    const auto ms = best_times(runs);
-    for (int i = 0; i < (int)runs.size(); ++i) {
-      if (ms[i] < kMargin * ms[best]) best = i;
-    }
-  } catch (const c10::Error&) {
-    return guess;  // untimed: the guess runs
-  }
-  const std::lock_guard<std::mutex> lock(cache_mutex());
-  cache().emplace(key, best);
-  return best;
+  const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+  return timed_choice(key, guess, !capturing, [&] { return best_times(runs); });
 }
 
 }  // namespace alexop::cuda
