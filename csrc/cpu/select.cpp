@@ -11,7 +11,7 @@
 // by the instruction set of alexop's kernels, each against oneDNN's kernels of the same set:
 //  4. AVX-512 (Winograd forward and weight gradient):
 //     forward: few_filters(kMinForwardFilters), small_problem, small_forward, small_sliver,
-//     small_nhwc or narrow; weight gradient: few_filters(kMinWeightGradFilters), small_problem or
+//     small_nhwc or narrow; weight gradient: few_weight_grad_filters, small_problem or
 //     small_nhwc_weight_grad;
 //     input gradient: many_channels                           -> ATen
 //  5. AVX2 (direct): forward: tiny or nhwc_many_channels; weight gradient: tiny or
@@ -61,11 +61,17 @@ namespace {
 constexpr int64_t kOneImage = 55 * 55;
 constexpr int64_t kFewPixels = 512;
 // Filters: one register block of the forward's micro-kernels; the weight
-// gradient's accumulate over pixels and win from fewer.
+// gradient's accumulate over pixels and win from fewer, from fewer still on
+// NCHW inputs of kFewChannels to kNchwWeightGradChannels channels (where
+// oneDNN's NCHW weight gradient is slowest).
 constexpr int64_t kMinForwardFilters = 48;
-constexpr int64_t kMinWeightGradFilters = 32;
-// Channels beyond which oneDNN's input gradient is the faster.
+constexpr int64_t kMinWeightGradFilters = 24;
+constexpr int64_t kMinNchwWeightGradFilters = 16;
+constexpr int64_t kNchwWeightGradChannels = 12;
+// Channels beyond which oneDNN's input gradient is the faster: its
+// channels_last one, and its NCHW one.
 constexpr int64_t kManyChannels = 8;
+constexpr int64_t kNchwManyChannels = 10;
 // The fewest output pixels at which alexop's input gradient of 7-8
 // channels beats oneDNN's, NCHW and channels_last (docs/cpu.md).
 constexpr int64_t kEightChannelPixels = 576;
@@ -161,10 +167,20 @@ bool small_nhwc(const Problem& p) { return p.channels_last && p.C >= kManyChanne
 bool small_nhwc_weight_grad(const Problem& p) {
   return p.channels_last && p.C >= kManyChannels && pixels(p) < kNhwcWeightGradPixels;
 }
-// oneDNN's input gradient: beyond 8 channels, at 7-8 on fewer pixels than
-// kEightChannelPixels (its channels_last one longer), at 5-6 under kFewPixels.
+// oneDNN's weight gradient of few filters (alexop's register blocks of 48
+// mostly idle), but from NCHW inputs of a few channels, where oneDNN's is
+// slowest.
+bool few_weight_grad_filters(const Problem& p) {
+  if (!p.channels_last && p.C >= kFewChannels && p.C <= kNchwWeightGradChannels) {
+    return p.K < kMinNchwWeightGradFilters;
+  }
+  return p.K < kMinWeightGradFilters;
+}
+// oneDNN's input gradient: beyond 8 channels (10 from NCHW), at 7-8 (9-10)
+// on fewer pixels than kEightChannelPixels (its channels_last one longer),
+// at 5-6 under kFewPixels.
 bool many_channels(const Problem& p) {
-  if (p.C > kManyChannels) return true;
+  if (p.C > (p.channels_last ? kManyChannels : kNchwManyChannels)) return true;
   if (p.C > kManyChannels - 2) return pixels(p) < (p.channels_last ? kNhwcEightChannelPixels : kEightChannelPixels);
   return p.C > 4 && pixels(p) < kFewPixels;
 }
@@ -258,7 +274,7 @@ bool aten_weight_grad(const Problem& p) {
   if (is_16bit(p)) return native_aten(p);
   switch (p.cpu.isa) {
     case Isa::kAvx512:
-      return few_filters(p, kMinWeightGradFilters) || small_problem(p) || small_nhwc_weight_grad(p);
+      return few_weight_grad_filters(p) || small_problem(p) || small_nhwc_weight_grad(p);
     case Isa::kAvx2:
       return tiny(p) || nhwc_weight_grad(p);
     case Isa::kDefault:
