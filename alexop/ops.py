@@ -87,10 +87,13 @@ def kernel_for(input: Tensor, weight: Tensor, padding: int = 2) -> dict[str, str
         faster), ``"wgrad_cudnn|slice3x4+wgrad_gmma_bf16_c96"`` (two
         choices: the first call of each problem times both and the process
         keeps the faster; the first runs untimed: under
-        ``torch.backends.cudnn.deterministic``, and in a CUDA graph capture of
+        ``torch.backends.cudnn.deterministic`` or
+        ``torch.use_deterministic_algorithms``, and in a CUDA graph capture of
         a problem no call has timed)
-        on CUDA, ``"cpu_fwd_winograd_avx512"`` on the CPU; ``"none"`` where an
-        empty result needs no kernel.
+        on CUDA, ``"cpu_fwd_winograd_avx512"`` or
+        ``"cpu_wgrad_aten|cpu_wgrad_winograd_avx512"`` (ATen's convolution or
+        alexop's kernels, timed the same way up to 2e9 FLOP) on the CPU;
+        ``"none"`` where an empty result needs no kernel.
     """
     forward, weight_grad, input_grad = torch.ops.alexop._kernel_for(input, weight, padding)
     return {"forward": forward, "weight_grad": weight_grad, "input_grad": input_grad}
