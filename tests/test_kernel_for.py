@@ -80,9 +80,9 @@ def test_named_cpu_checks_its_arguments():
 
 
 # (N, C_in, C_out, H) on AVX-512, against oneDNN's AVX-512 kernels: ATen runs the forward under 48
-# filters, the weight gradient under 24 (16 at 4-12 channels), both under 512 output pixels (55 x
-# 55 with 1-3 channels); the input gradient beyond 10 channels, at 7-10 under 576 pixels, at 5-6
-# under 512;
+# filters (24 at 4 or more channels), the weight gradient under 24 (16 at 4-12 channels), both
+# under 512 output pixels (55 x 55 with 1-3 channels); the input gradient beyond 12 channels, at
+# 11-12 under 55 x 55 pixels, at 7-10 under 576, at 5-6 under 512;
 # the forward of
 # 4 or more channels under 1600 output pixels, and of 64 filters (112, 160, ...) under 55 x 55
 # (csrc/cpu/select.cpp, docs/cpu.md).
@@ -106,11 +106,15 @@ CPU_CHOICES = [
     ((2, 7, 256, 69), ("aten", "alexop", "aten")),  # 2 x 16 x 16 outputs
     ((4, 8, 128, 55), ("aten", "alexop", "alexop")),  # 4 x 12 x 12
     ((8, 9, 96, 127), ("alexop", "alexop", "alexop")),
-    ((8, 12, 96, 127), ("alexop", "alexop", "aten")),
+    ((8, 12, 96, 127), ("alexop", "alexop", "alexop")),
+    ((2, 12, 96, 127), ("alexop", "alexop", "aten")),
+    ((8, 14, 96, 127), ("alexop", "alexop", "aten")),
     ((4, 6, 16, 227), ("aten", "alexop", "alexop")),
     ((4, 10, 8, 227), ("aten", "aten", "alexop")),
     ((8, 3, 16, 127), ("aten", "aten", "alexop")),
-    ((1, 16, 24, 227), ("aten", "alexop", "aten")),
+    ((8, 3, 32, 127), ("aten", "alexop", "alexop")),
+    ((8, 4, 32, 127), ("alexop", "alexop", "alexop")),
+    ((1, 16, 24, 227), ("alexop", "alexop", "aten")),
 ]
 
 
@@ -165,9 +169,9 @@ def test_cpu_aten_where_alexop_is_slower(size, want):
 
 
 # (N, C_in, C_out, H) from channels_last inputs on AVX-512, where oneDNN's channels_last kernels
-# run: ATen's forward from 8 channels up to 55 x 55 output pixels, its weight gradient from 8
-# channels under 900 and under 24 filters at any channel count, its input gradient beyond 8
-# channels and at 7-8 under 961; one channel is alexop's.
+# run: ATen's forward under 48 filters at any channel count and from 8 channels up to 55 x 55
+# output pixels, its weight gradient from 8 channels under 900 and under 24 filters at any channel
+# count, its input gradient beyond 8 channels and at 7-8 under 961; one channel is alexop's.
 CPU_CHOICES_NHWC = [
     ((8, 1, 128, 224), ("alexop", "alexop", "alexop")),
     ((1, 8, 96, 127), ("aten", "alexop", "alexop")),
@@ -181,6 +185,7 @@ CPU_CHOICES_NHWC = [
     ((2, 8, 256, 69), ("aten", "aten", "aten")),
     ((8, 9, 96, 127), ("alexop", "alexop", "aten")),
     ((4, 6, 16, 227), ("aten", "aten", "alexop")),
+    ((8, 4, 32, 127), ("aten", "alexop", "alexop")),
 ]
 
 

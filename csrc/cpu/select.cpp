@@ -10,7 +10,7 @@
 // float32 (other 16-bit computes in float32, and these rules are asked of its float32 problem),
 // by the instruction set of alexop's kernels, each against oneDNN's kernels of the same set:
 //  4. AVX-512 (Winograd forward and weight gradient):
-//     forward: few_filters(kMinForwardFilters), small_problem, small_forward, small_sliver,
+//     forward: few_forward_filters, small_problem, small_forward, small_sliver,
 //     small_nhwc or narrow; weight gradient: few_weight_grad_filters, small_problem or
 //     small_nhwc_weight_grad;
 //     input gradient: many_channels                           -> ATen
@@ -60,18 +60,20 @@ namespace {
 // channels win (docs/cpu.md).
 constexpr int64_t kOneImage = 55 * 55;
 constexpr int64_t kFewPixels = 512;
-// Filters: one register block of the forward's micro-kernels; the weight
-// gradient's accumulate over pixels and win from fewer, from fewer still on
-// NCHW inputs of kFewChannels to kNchwWeightGradChannels channels (where
-// oneDNN's NCHW weight gradient is slowest).
+// Filters: one register block of the forward's micro-kernels (from NCHW
+// inputs of kFewChannels or more, where oneDNN's forward is slower, half a
+// block); the weight gradient's accumulate over pixels and win from fewer,
+// from fewer still on NCHW inputs of kFewChannels to kNchwWeightGradChannels
+// channels (where oneDNN's NCHW weight gradient is slowest).
 constexpr int64_t kMinForwardFilters = 48;
+constexpr int64_t kMinNchwForwardFilters = 24;
 constexpr int64_t kMinWeightGradFilters = 24;
 constexpr int64_t kMinNchwWeightGradFilters = 16;
 constexpr int64_t kNchwWeightGradChannels = 12;
 // Channels beyond which oneDNN's input gradient is the faster: its
 // channels_last one, and its NCHW one.
 constexpr int64_t kManyChannels = 8;
-constexpr int64_t kNchwManyChannels = 10;
+constexpr int64_t kNchwManyChannels = 12;
 // The fewest output pixels at which alexop's input gradient of 7-8
 // channels beats oneDNN's, NCHW and channels_last (docs/cpu.md).
 constexpr int64_t kEightChannelPixels = 576;
@@ -138,7 +140,6 @@ bool native_aten(const Problem& p) { return native(p) && !one_column(p); }
 bool alexop_always(const Problem& p) { return p.dtype == c10::ScalarType::Double || p.cpu.forced; }
 
 int64_t pixels(const Problem& p) { return p.N * p.P * p.Q; }
-bool few_filters(const Problem& p, int64_t min_filters) { return p.K < min_filters; }
 // Too few output pixels over the batch for the forward's and weight
 // gradient's fixed costs; 1-3 channels (the least work per pixel) need
 // one AlexNet image's worth.
@@ -176,13 +177,26 @@ bool few_weight_grad_filters(const Problem& p) {
   }
   return p.K < kMinWeightGradFilters;
 }
-// oneDNN's input gradient: beyond 8 channels (10 from NCHW), at 7-8 (9-10)
-// on fewer pixels than kEightChannelPixels (its channels_last one longer),
-// at 5-6 under kFewPixels.
+// oneDNN's forward under one block of filters, from NCHW inputs of 4 or
+// more channels under half a block.
+bool few_forward_filters(const Problem& p) {
+  return p.K < (!p.channels_last && p.C >= kFewChannels ? kMinNchwForwardFilters : kMinForwardFilters);
+}
+// oneDNN's input gradient: from channels_last inputs beyond 8 channels, at
+// 7-8 under kNhwcEightChannelPixels; from NCHW ones beyond 12, at 11-12 under
+// one AlexNet image's output pixels, at 7-10 under kEightChannelPixels; at
+// 5-6 under kFewPixels.
 bool many_channels(const Problem& p) {
-  if (p.C > (p.channels_last ? kManyChannels : kNchwManyChannels)) return true;
-  if (p.C > kManyChannels - 2) return pixels(p) < (p.channels_last ? kNhwcEightChannelPixels : kEightChannelPixels);
-  return p.C > 4 && pixels(p) < kFewPixels;
+  const int64_t px = pixels(p);
+  if (p.channels_last) {
+    if (p.C > kManyChannels) return true;
+    if (p.C > kManyChannels - 2) return px < kNhwcEightChannelPixels;
+  } else {
+    if (p.C > kNchwManyChannels) return true;
+    if (p.C > kNchwManyChannels - 2) return px < kOneImage;
+    if (p.C > kManyChannels - 2) return px < kEightChannelPixels;
+  }
+  return p.C > 4 && px < kFewPixels;
 }
 // Against oneDNN's native 16-bit input gradient alexop's wins at 1-2
 // channels, and at 3-4 from k16Pixels output pixels over the batch.
@@ -260,7 +274,7 @@ bool aten_forward(const Problem& p) {
   if (is_16bit(p)) return native_aten(p);
   switch (p.cpu.isa) {
     case Isa::kAvx512:
-      return few_filters(p, kMinForwardFilters) || small_problem(p) || small_forward(p) || small_sliver(p) ||
+      return few_forward_filters(p) || small_problem(p) || small_forward(p) || small_sliver(p) ||
              small_nhwc(p) || narrow(p);
     case Isa::kAvx2:
       return tiny(p) || nhwc_many_channels(p);
