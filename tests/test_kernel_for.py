@@ -120,7 +120,7 @@ CPU_CHOICES = [
 
 # (N, C_in, C_out, H, W, channels_last) on AVX-512: ATen's forward for outputs under 24 columns
 # (W under 99 at padding 2) of 4 or more channels, of one NCHW channel, and of 2-3 NCHW channels
-# up to 6 columns (W under 31).
+# up to 6 columns (W under 31); beyond 2e9 FLOP from NCHW inputs under 18 columns (W under 75).
 CPU_CHOICES_NARROW = [
     ((8, 8, 96, 224, 95, False), "aten"),
     ((8, 8, 96, 224, 99, False), "alexop"),
@@ -131,6 +131,9 @@ CPU_CHOICES_NARROW = [
     ((8, 3, 96, 224, 30, False), "aten"),
     ((8, 3, 96, 224, 31, False), "alexop"),
     ((8, 3, 96, 60, 300, False), "alexop"),
+    ((32, 8, 192, 243, 75, False), "alexop"),
+    ((32, 8, 192, 243, 75, True), "aten"),
+    ((32, 8, 192, 243, 71, False), "aten"),
 ]
 
 

@@ -102,6 +102,9 @@ constexpr int64_t kNhwcForwardFilters = 64;
 // pay for it.
 constexpr int64_t kNarrowColumns = 24;
 constexpr int64_t kFewColumns = 6;
+// The fewest output columns at which alexop's forward of problems larger
+// than a timed one keeps up from NCHW inputs (9 tiles a row).
+constexpr int64_t kLargeNarrowColumns = 18;
 // Channels beyond which oneDNN's forward on few columns is the faster in
 // either layout (its channels_last one of up to 3 is slow at any width).
 constexpr int64_t kFewNarrowChannels = 3;
@@ -140,6 +143,9 @@ bool native_aten(const Problem& p) { return native(p) && !one_column(p); }
 bool alexop_always(const Problem& p) { return p.dtype == c10::ScalarType::Double || p.cpu.forced; }
 
 int64_t pixels(const Problem& p) { return p.N * p.P * p.Q; }
+double flops(const Problem& p) { return 2.0 * kKernelSize * kKernelSize * (double)pixels(p) * p.C * p.K; }
+// More floating-point operations than a timed problem: the rules alone decide.
+bool large(const Problem& p) { return flops(p) > kTimedFlops; }
 // Too few output pixels over the batch for the forward's and weight
 // gradient's fixed costs; 1-3 channels (the least work per pixel) need
 // one AlexNet image's worth.
@@ -154,10 +160,11 @@ bool small_sliver(const Problem& p) {
 // The forward of 4 or more channels on few output pixels: the weights'
 // transform and the bands' packing halo outweigh the products.
 bool small_forward(const Problem& p) { return p.C >= 4 && pixels(p) < kManyChannelForwardPixels; }
-// The forward of outputs under kNarrowColumns wide: 4 or more channels, one
-// NCHW channel, 2-3 NCHW channels up to kFewColumns (docs/cpu.md).
+// The forward of outputs under kNarrowColumns wide (large ones from NCHW
+// inputs under kLargeNarrowColumns): 4 or more channels, one NCHW channel,
+// 2-3 NCHW channels up to kFewColumns (docs/cpu.md).
 bool narrow(const Problem& p) {
-  if (p.Q >= kNarrowColumns) return false;
+  if (p.Q >= (large(p) && !p.channels_last ? kLargeNarrowColumns : kNarrowColumns)) return false;
   if (p.C > kFewNarrowChannels) return true;
   return !p.channels_last && (p.C == 1 || p.Q <= kFewColumns);
 }
@@ -310,10 +317,7 @@ bool aten_input_grad(const Problem& p) {
   return false;
 }
 
-bool timed(const Problem& p) {
-  const double flops = 2.0 * kKernelSize * kKernelSize * (double)pixels(p) * p.C * p.K;
-  return !alexop_always(p) && in_own_dtype(p) && flops <= kTimedFlops;
-}
+bool timed(const Problem& p) { return !alexop_always(p) && in_own_dtype(p) && !large(p); }
 
 // With one channel (16 products a tile per output channel) the output
 // transform and the transposition of output channels in lanes into NCHW
