@@ -250,8 +250,8 @@ def _ops(x, wt, b, grad, p):
 # A problem kernel_for names "guess|other": its first call times alexop's kernels against ATen's
 # and the process keeps the faster. Every call's result is then bit for bit one of the two ways'
 # (ATen's as F.conv2d and its autograd give it), the same one call after call; untimed
-# (deterministic), the guess's. Shapes whose guesses are ATen's, alexop's and both, from both
-# layouts.
+# (torch.backends.cudnn.deterministic or torch.use_deterministic_algorithms), the guess's.
+# Shapes whose guesses are ATen's, alexop's and both, from both layouts.
 @pytest.mark.parametrize("shape", [(2, 9, 16, 47, 39, 1), (1, 3, 96, 67, 67, 2), (2, 7, 256, 69, 69, 2)], ids=str)
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 def test_timed_choice_is_one_way_bit_for_bit(shape, channels_last, monkeypatch):
@@ -272,13 +272,18 @@ def test_timed_choice_is_one_way_bit_for_bit(shape, channels_last, monkeypatch):
     first, again = _ops(x, wt, b, grad, p), _ops(x, wt, b, grad, p)
     with untimed():
         guess = _ops(x, wt, b, grad, p)
+    torch.use_deterministic_algorithms(True)
+    try:
+        deterministic = _ops(x, wt, b, grad, p)
+    finally:
+        torch.use_deterministic_algorithms(False)
     for op, parts in (("forward", [0]), ("input_grad", [1]), ("weight_grad", [2, 3])):
         ran = aten if all(torch.equal(first[j], aten[j]) for j in parts) else own
         want = aten if names[op].split("|")[0].endswith("_aten") else own
         for j in parts:
             assert torch.equal(first[j], ran[j]), op
             assert torch.equal(again[j], first[j]), op
-            assert torch.equal(guess[j], want[j]), op
+            assert torch.equal(guess[j], want[j]) and torch.equal(deterministic[j], want[j]), op
 
 
 def test_unknown_instruction_set_is_an_error(monkeypatch):
