@@ -75,7 +75,8 @@ constexpr int64_t kNchwWeightGradChannels = 12;
 constexpr int64_t kManyChannels = 8;
 constexpr int64_t kNchwManyChannels = 12;
 // The fewest output pixels at which alexop's input gradient of 7-8
-// channels beats oneDNN's, NCHW and channels_last (docs/cpu.md).
+// channels beats oneDNN's, NCHW (there 9-10 channels too) and channels_last
+// (docs/cpu.md).
 constexpr int64_t kEightChannelPixels = 576;
 constexpr int64_t kNhwcEightChannelPixels = 961;
 // The fewest output pixels at which alexop's forward of 4 or more channels
