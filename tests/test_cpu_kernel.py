@@ -225,6 +225,25 @@ def test_native_16bit_runs_aten(dtype, channels_last):
         assert rel_l2(g, r) <= REL_L2[dtype], name
 
 
+# Where ATen computes a 16-bit result natively, a result with Inf or NaN anywhere is computed again
+# by alexop's kernels (oneDNN's do not place them where float64 F.conv2d does): here they lie in the
+# last image only, the end of the scan for them.
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_native_16bit_nonfinite_in_the_last_image(channels_last):
+    if not NATIVE_16BIT_CPU[torch.bfloat16]:
+        pytest.skip("this CPU does not multiply bfloat16 natively")
+    n, c, k, h, w = 2, 3, 64, 127, 127
+    x, wt, b = make_inputs(n, c, k, h, w, dtype=torch.bfloat16)
+    x[n - 1, 0, h // 3, w // 3] = float("inf")
+    x[n - 1, c - 1, h // 3 + 3, w // 3 + 6] = -float("inf")
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    with untimed():
+        assert guesses(alexop.kernel_for(x, wt, 2))["forward"] == "cpu_fwd_aten"
+        out = alexop.conv11s4(x, wt, b, 2)
+    assert_nonfinite_match(out, reference(x, wt, b, 2), REL_L2[torch.bfloat16], "output")
+
+
 # oneDNN's native 16-bit kernels go wrong on outputs one column wide (weight gradients from
 # channels_last inputs narrower than the padding on AVX512-BF16, forwards on AMX): there alexop
 # computes in float32, within the dtype's bound of float64 where F.conv2d is not.
