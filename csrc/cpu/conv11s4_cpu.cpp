@@ -823,6 +823,7 @@ void advise_huge_pages(const at::Tensor& t) {
   (void)t;
 #endif
 }
+
 bool is_reduced(const at::Tensor& t) {
   return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
 }
@@ -899,20 +900,18 @@ at::Tensor conv11s4_cpu(
   if (c10::multiply_integers(at::IntArrayRef(out_size)) == 0) {
     return at::empty(out_size, input.options().memory_format(output_memory_format(input, weight)));
   }
+  const bool has_bias = bias_opt.has_value() && bias_opt->defined();
   const auto problem = cpu::problem(input.scalar_type(), input.sizes(), weight.size(0), padding,
                                     output_memory_format(input, weight), cpu::this_cpu());
   if (!cpu::in_own_dtype(problem)) {
-    const auto bias = bias_opt.has_value() && bias_opt->defined()
-        ? std::optional<at::Tensor>(bias_opt->to(at::kFloat))
-        : std::nullopt;
+    const auto bias = has_bias ? std::optional<at::Tensor>(bias_opt->to(at::kFloat)) : std::nullopt;
     return conv11s4_cpu(input.to(at::kFloat), weight.to(at::kFloat), bias, padding).to(input.scalar_type());
   }
   const auto aten = [&] { return cpu::forward_aten(input, weight, bias_opt, padding); };
   const auto own = [&] {
     return forward_alexop(input, weight, bias_opt, padding, cpu::winograd_rows_forward(problem), out_size);
   };
-  if (cpu::aten_timed(Decision::kCpuForward, problem, bias_opt.has_value() && bias_opt->defined(),
-                      cpu::aten_forward(problem), aten, own)) {
+  if (cpu::aten_timed(Decision::kCpuForward, problem, has_bias, cpu::aten_forward(problem), aten, own)) {
     auto output = aten();
     if (!is_reduced(input) || cpu::finite(output)) return output;
   }

@@ -18,6 +18,8 @@ namespace {
 // the pages of a first allocation).
 constexpr int kRounds = 3;
 
+}  // namespace
+
 std::vector<double> best_times(const std::vector<std::function<void()>>& runs) {
   for (const auto& run : runs) run();
   std::vector<double> best(runs.size(), std::numeric_limits<double>::infinity());
@@ -31,14 +33,9 @@ std::vector<double> best_times(const std::vector<std::function<void()>>& runs) {
   return best;
 }
 
-}  // namespace
-
-bool aten_timed(Decision decision, const Problem& p, int64_t flags, bool guess, const std::function<void()>& aten,
-                const std::function<void()>& own) {
-  if (!timed(p)) return guess;
-  const TimedKey key{(int64_t)decision, (int64_t)p.dtype, p.N, p.C, p.H, p.W, p.K, p.padding, p.channels_last,
-                     at::get_num_threads(), flags, 0};
-  return timed_choice(key, guess, true, [&] { return best_times({own, aten}); }) == 1;
+TimedKey timed_key(Decision decision, const Problem& p, int64_t flags) {
+  return {(int64_t)decision, (int64_t)p.dtype, p.N, p.C, p.H, p.W, p.K, p.padding, p.channels_last,
+          at::get_num_threads(), flags, 0};
 }
 
 }  // namespace alexop::cpu
