@@ -217,8 +217,10 @@ def test_cpu_native_16bit_choices(size, want, dtype):
 # (N, C_in, C_out, H, channels_last) with AVX2, against oneDNN held to AVX2 (a grid on one AVX-512
 # CPU, docs/cpu.md): the direct kernels win the forward but from channels_last inputs of 5 or
 # more channels under 64 filters or 55 x 55 output pixels; ATen's channels_last weight gradient
-# is as fast from 17 filters or 8 channels; its input gradient from 8 channels (4 under 512
-# output pixels); both ATen's under 512 output pixels of 3 or more channels and 48 filters.
+# is as fast from 17 filters or 8 channels; its input gradient in blocks of 8 channels wins at 8,
+# 16 and beyond, from channels_last inputs beyond 11, from NCHW ones beyond 12 up to 2e9 FLOP (4
+# channels under 512 output pixels); both ATen's under 512 output pixels of 3 or more channels
+# and 48 filters.
 CPU_CHOICES_AVX2 = [
     ((1, 3, 96, 224, False), ("alexop", "alexop", "alexop")),
     ((8, 3, 96, 224, True), ("alexop", "aten", "alexop")),
@@ -232,6 +234,13 @@ CPU_CHOICES_AVX2 = [
     ((8, 4, 64, 63, False), ("alexop", "alexop", "alexop")),
     ((1, 4, 64, 63, True), ("aten", "aten", "aten")),
     ((8, 6, 64, 127, False), ("alexop", "alexop", "alexop")),
+    ((8, 8, 96, 224, False), ("alexop", "alexop", "aten")),
+    ((8, 10, 96, 224, True), ("alexop", "aten", "alexop")),
+    ((8, 12, 96, 224, False), ("alexop", "alexop", "alexop")),
+    ((8, 12, 96, 224, True), ("alexop", "aten", "aten")),
+    ((1, 13, 96, 224, False), ("alexop", "alexop", "aten")),
+    ((8, 13, 96, 224, False), ("alexop", "alexop", "alexop")),
+    ((1, 24, 64, 127, False), ("alexop", "alexop", "aten")),
 ]
 
 

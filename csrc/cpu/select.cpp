@@ -15,7 +15,7 @@
 //     small_nhwc_weight_grad;
 //     input gradient: many_channels                           -> ATen
 //  5. AVX2 (direct): forward: tiny or nhwc_many_channels; weight gradient: tiny or
-//     nhwc_weight_grad; input gradient: many_channels_direct  -> ATen
+//     nhwc_weight_grad; input gradient: many_channels_avx2    -> ATen
 //  6. no AVX2 (portable, e.g. aarch64): forward: many_portable_filters; weight gradient:
 //     many_portable_weight_grad_filters; input gradient: many_portable_filters or
 //     many_channels_direct                                    -> ATen
@@ -89,9 +89,13 @@ constexpr int64_t k16Pixels = 1024;
 // channels beats oneDNN's channels_last one (between 882 and 900).
 constexpr int64_t kNhwcWeightGradPixels = 900;
 // Channels: the direct kernels' input gradient loses to oneDNN's from 4 on
-// few output pixels (from kManyChannels on any), their channels_last
-// forward beyond 4.
+// few output pixels (the portable kernels' from kManyChannels on any), their
+// channels_last forward beyond 4.
 constexpr int64_t kFewChannels = 4;
+// oneDNN's AVX2 kernels' block of channels (a register of float32), and the
+// channels beyond which its channels_last input gradient wins at any count.
+constexpr int64_t kAvx2Channels = 8;
+constexpr int64_t kNhwcAvx2Channels = 11;
 // Filters: where oneDNN's AVX2 and SSE4.1 kernels are weakest (one block of
 // the portable kernels), and the fewest at which alexop's AVX2
 // channels_last forward of many channels wins.
@@ -228,9 +232,21 @@ bool nhwc_weight_grad(const Problem& p) {
   return p.channels_last && (p.K > kFewFilters || p.C >= kManyChannels) && pixels(p) >= kFewPixels;
 }
 // oneDNN's input gradient against the direct kernels' (16 phase channels
-// per input channel).
+// per input channel): from 4 channels on few output pixels; with the
+// portable kernels from 8.
 bool many_channels_direct(const Problem& p) {
   return p.C >= kManyChannels || (p.C >= kFewChannels && pixels(p) < kFewPixels);
+}
+// With AVX2, oneDNN computes channels in blocks of 8 and pads the last:
+// its input gradient wins where the blocks are full (8, 16) and beyond 16,
+// and from channels_last inputs beyond kNhwcAvx2Channels; from NCHW inputs
+// beyond kNchwManyChannels, but past 2e9 FLOP only where the blocks are full
+// (docs/cpu.md).
+bool many_channels_avx2(const Problem& p) {
+  if (p.C >= kFewChannels && pixels(p) < kFewPixels) return true;
+  if (p.C % kAvx2Channels == 0 || p.C > 2 * kAvx2Channels) return true;
+  if (p.channels_last) return p.C > kNhwcAvx2Channels;
+  return p.C > kNchwManyChannels && !large(p);
 }
 // The portable kernels win against oneDNN's 4-lane (SSE4.1) ones where
 // those are weak: the forward and input gradient up to kFewFilters filters,
@@ -311,7 +327,7 @@ bool aten_input_grad(const Problem& p) {
     case Isa::kAvx512:
       return many_channels(p);
     case Isa::kAvx2:
-      return many_channels_direct(p);
+      return many_channels_avx2(p);
     case Isa::kDefault:
       return many_portable_filters(p) || many_channels_direct(p);
   }
