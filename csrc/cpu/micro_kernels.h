@@ -314,8 +314,9 @@ void add_winograd(Kernels<typename V::T>& k,
   ((k.winograd_products[i++] = tiles<V, 4>(blockings)), ...);
   k.winograd_grad_input = &winograd_grad_input<V>;
   static_assert(WideKV * V::kLanes <= kMaxLanes, "blocks of at most kMaxLanes");
-  // the narrow blocks' per-block work (grad_output transforms, calls) made
-  // 8 vectors of them slower than 9 wide ones at batch 1 (docs/cpu.md)
+  // the narrow blocks cost more a vector (each block transforms grad_output
+  // and calls the micro-kernel again): they are taken only where the wide
+  // ones pad a third, as at 64 filters (perf-history S28)
   k.winograd_grad[0] = {WideKV, 10, &wgrad_taps<V, WideKV, 2, 4>};
   k.winograd_grad[1] = {NarrowKV, 12, &wgrad_taps<V, NarrowKV, 2, 4>};
 }
