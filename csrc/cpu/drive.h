@@ -92,6 +92,28 @@ void for_each_tile(const cpu::RowConvTiles<T>& tiles, int64_t count,
   }
 }
 
+// Calls pack(k0, k1) over filters [0, blocks * B) on all threads, packing
+// rows of B filters: split at whole cache lines of a row where B fills
+// them, else at whole blocks (AVX2's 24 filters), so that no two threads
+// write one line.
+template <typename T, typename Pack>
+void parallel_filters(int64_t blocks, int64_t B, const Pack& pack) {
+  constexpr int64_t line = 64 / sizeof(T);
+  const int64_t unit = B % line == 0 ? line : B;
+  at::parallel_for(0, blocks * B / unit, 1, [&](int64_t u0, int64_t u1) { pack(u0 * unit, u1 * unit); });
+}
+
+// The values of one tile's transformed input in the Winograd kernels (16
+// phase channels of C, 4 x 4 products each, per xi), a cache line more
+// where that is a multiple of 1 KB (4, 8, 12, 16 channels): the products
+// read across tiles, and at 4 KB (16 channels) every tile fell in one L1
+// set.
+template <typename T>
+int64_t winograd_tile_values(int64_t C) {
+  const int64_t values = C * 64;
+  return values * (int64_t)sizeof(T) % 1024 == 0 ? values + 64 / (int64_t)sizeof(T) : values;
+}
+
 // Scratch memory kept by each thread from call to call: allocating it per
 // call made the allocator grow and trim its heap each time, and every page
 // fault again. A call's own buffers (kCall: packed weights, partial sums,

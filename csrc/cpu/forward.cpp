@@ -59,9 +59,8 @@ bool forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
   const int64_t packed_size = blocks * 16 * lanes * B;
   const Scratch call((packed_size + (blocks + 1) * B) * sizeof(T), Use::kCall);
   T* wp = call.as<T>();
-  at::parallel_for(0, blocks * B, 16, [&](int64_t k0, int64_t k1) {
-    cpu::pack_winograd_weights(weight.const_data_ptr<T>(), K, C, B, blocks,
-                               k0, k1, wp);
+  parallel_filters<T>(blocks, B, [&](int64_t k0, int64_t k1) {
+    cpu::pack_winograd_weights(weight.const_data_ptr<T>(), K, C, B, blocks, k0, k1, wp);
   });
   // the products start at zero (the block past the bias's), the outputs at
   // the bias
@@ -73,7 +72,8 @@ bool forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
   const int64_t pitch = 8 * J + 8, height = 8 * band.max_rows() + 8;
   const int64_t band_size = C * height * pitch;
   // transformed input: [xi][tile][c][a][nu][b]
-  const int64_t v_stride = kGroup * C * 64, v_size = 4 * v_stride;
+  const int64_t tile = winograd_tile_values<T>(C);
+  const int64_t v_stride = kGroup * tile, v_size = 4 * v_stride;
   const int64_t m_size = 16 * kGroup * B;
   const int64_t out_size = 2 * 2 * kGroup * B;
   T* out = y.mutable_data_ptr<T>();
@@ -91,7 +91,7 @@ bool forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
                    -pad, pitch, rows_in);
     int64_t offsets[kGroup];
     for (const auto g : c10::irange(kGroup)) {
-      offsets[g] = g * C * 64;
+      offsets[g] = g * tile;
     }
     for (const auto i : c10::irange(rows)) {
       for (int64_t j0 = 0; j0 < J;) {
@@ -102,7 +102,7 @@ bool forward_winograd(const cpu::Kernels<T>& kern, const at::Tensor& x,
         const int64_t group = tiles.m[t];
         for (const auto g : c10::irange(group)) {
           kern.winograd_input(rows_in + 8 * i * pitch + 8 * (j0 + g), pitch,
-                              band_height * pitch, C, v + g * C * 64,
+                              band_height * pitch, C, v + g * tile,
                               v_stride);
         }
         const int64_t p = 2 * (i0 + i), q = 2 * j0;
@@ -155,9 +155,8 @@ bool forward_winograd_rows(const cpu::Kernels<T>& kern, const at::Tensor& x,
   const int64_t packed_size = blocks * 16 * 16 * C * B;
   const Scratch call((packed_size + blocks * B) * sizeof(T), Use::kCall);
   T* wp = call.as<T>();
-  at::parallel_for(0, blocks * B, B, [&](int64_t k0, int64_t k1) {
-    cpu::pack_winograd_weights(weight.const_data_ptr<T>(), K, C, B, blocks,
-                               k0, k1, wp);
+  parallel_filters<T>(blocks, B, [&](int64_t k0, int64_t k1) {
+    cpu::pack_winograd_weights(weight.const_data_ptr<T>(), K, C, B, blocks, k0, k1, wp);
   });
   T* init = wp + packed_size;
   pad_bias(bias, K, blocks * B, init);

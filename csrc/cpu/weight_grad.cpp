@@ -80,7 +80,8 @@ bool weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
   const int64_t band_size = C * (8 * max_rows + 8) * pitch;
   const int64_t dyt_size = blocks * 2 * max_rows * Q * B;
   // transformed input [xi][tile][c][a][nu][b], grad_output [kb][xi nu][tile]
-  const int64_t v_stride = max_rows * J * C * 64;
+  const int64_t tile = winograd_tile_values<T>(C);
+  const int64_t v_stride = max_rows * J * tile;
   // an odd number of cache lines apart: the 16 planes the grad_output
   // transform writes at once fall in one L1 set where that is 4 KB (32
   // filters a block, 16 tiles a row)
@@ -106,7 +107,7 @@ bool weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
         for (const auto i : c10::irange(rows)) {
           for (const auto j : c10::irange(J)) {
             kern.winograd_input(rows_in + 8 * (i * pitch + j), pitch,
-                                height * pitch, C, v + (i * J + j) * C * 64,
+                                height * pitch, C, v + (i * J + j) * tile,
                                 v_stride);
           }
         }
@@ -125,7 +126,7 @@ bool weight_grad_winograd(const cpu::Kernels<T>& kern, const at::Tensor& dy,
               for (const auto half : c10::irange(2)) {  // row phases 2h, 2h+1
                 grad.fn(
                     v + e / 4 * v_stride + c * 64 + half * 32 + e % 4 * 4, 0,
-                    C * 64, 16, d + (kb * 16 + e) * d_plane, 1, rows * J,
+                    tile, 16, d + (kb * 16 + e) * d_plane, 1, rows * J,
                     part + ((e * blocks + kb) * lanes + c * 16 + half * 8) * B);
               }
             }
