@@ -54,12 +54,12 @@ def test_cpu_names(monkeypatch):
     assert alexop.kernel_for(x[:0], w) == dict.fromkeys(KEYS, "none")
 
 
-# AlexNet's conv1 on one image, per kind of CPU: Winograd with AVX-512 for float32, direct with
-# AVX2; the portable kernels' forward and input gradient lose to oneDNN's beyond 16 filters.
+# AlexNet's conv1 on one image, per kind of CPU: Winograd with AVX-512 and AVX2 for float32; the
+# portable kernels' forward and input gradient lose to oneDNN's beyond 16 filters.
 # float64 runs alexop's kernels everywhere (ATen's is its slow generic convolution).
 @pytest.mark.parametrize("cpu,want", [
     ("avx512", _cpu_names("winograd", "avx512")),
-    ("avx2", _cpu_names("direct", "avx2")),
+    ("avx2", _cpu_names("winograd", "avx2")),
     ("default", {"forward": "cpu_fwd_aten", "weight_grad": "cpu_wgrad_direct_default", "input_grad": "cpu_dgrad_aten"}),
 ])
 def test_named_cpu_names(cpu, want):
@@ -144,7 +144,7 @@ def test_cpu_aten_for_narrow_outputs(size, want):
 
 
 # (N, C_in, C_out, H, channels_last) on AVX-512: the Winograd forward with tiles in lanes for NCHW
-# outputs of one channel, output channels in lanes otherwise. AVX2 has the direct forward only.
+# outputs of one channel, output channels in lanes otherwise. AVX2 has the latter only.
 WINOGRAD_ROWS = [
     ((8, 1, 64, 224, False), "cpu_fwd_winograd_rows_avx512"),
     ((1, 1, 96, 1024, False), "cpu_fwd_winograd_rows_avx512"),
@@ -157,7 +157,7 @@ WINOGRAD_ROWS = [
 def test_cpu_winograd_forward_with_tiles_in_lanes(size, want):
     *size, channels_last = size
     assert guesses(_named_cpu("avx512", *size, channels_last=channels_last))["forward"] == want
-    assert guesses(_named_cpu("avx2", *size, channels_last=channels_last))["forward"] == "cpu_fwd_direct_avx2"
+    assert guesses(_named_cpu("avx2", *size, channels_last=channels_last))["forward"] == "cpu_fwd_winograd_avx2"
 
 
 @pytest.mark.parametrize("size,want", CPU_CHOICES, ids=lambda v: str(v))
@@ -214,30 +214,29 @@ def test_cpu_native_16bit_choices(size, want, dtype):
     assert _runs(_named_cpu("avx512_fp16", *size, dtype)) == want
 
 
-# (N, C_in, C_out, H, channels_last) with AVX2, against oneDNN held to AVX2 (a grid on one AVX-512
-# CPU, docs/cpu.md): the direct kernels win the forward but from channels_last inputs of 5 or
-# more channels under 64 filters or 55 x 55 output pixels; ATen's channels_last weight gradient
-# is as fast from 17 filters or 8 channels; its input gradient in blocks of 8 channels wins at 8,
-# 16 and beyond, from channels_last inputs beyond 11, from NCHW ones beyond 12 up to 2e9 FLOP (4
-# channels under 512 output pixels); both ATen's under 512 output pixels of 3 or more channels
-# and 48 filters.
+# (N, C_in, C_out, H, channels_last) with AVX2, against oneDNN held to AVX2 (grids on one AVX-512
+# CPU, docs/cpu.md): the Winograd forward and weight gradient lose only on small problems, under 512
+# output pixels at 4 or more channels (the weight gradient also at 3 channels and 48 filters or
+# more), from channels_last inputs the forward of 8 or more channels under 32 filters and the weight
+# gradient up to one 55 x 55 image's pixels; oneDNN's input gradient, in blocks of 8 channels, wins
+# at 8, 16 and beyond, from channels_last inputs beyond 11, from NCHW ones beyond 12 up to 2e9 FLOP
+# (4 channels under 512 output pixels).
 CPU_CHOICES_AVX2 = [
     ((1, 3, 96, 224, False), ("alexop", "alexop", "alexop")),
-    ((8, 3, 96, 224, True), ("alexop", "aten", "alexop")),
+    ((8, 3, 96, 224, True), ("alexop", "alexop", "alexop")),
     ((8, 1, 16, 224, True), ("alexop", "alexop", "alexop")),
-    ((1, 3, 96, 63, False), ("aten", "aten", "alexop")),
+    ((1, 3, 96, 63, False), ("alexop", "aten", "alexop")),
     ((1, 1, 96, 63, False), ("alexop", "alexop", "alexop")),
-    ((8, 8, 96, 63, True), ("aten", "aten", "aten")),
-    ((8, 8, 96, 224, True), ("alexop", "aten", "aten")),
-    ((8, 16, 32, 224, True), ("aten", "aten", "aten")),
+    ((8, 8, 96, 63, True), ("alexop", "aten", "aten")),
+    ((8, 8, 16, 63, True), ("aten", "aten", "aten")),
+    ((1, 4, 64, 63, True), ("aten", "aten", "aten")),
     ((8, 16, 96, 224, False), ("alexop", "alexop", "aten")),
     ((8, 4, 64, 63, False), ("alexop", "alexop", "alexop")),
-    ((1, 4, 64, 63, True), ("aten", "aten", "aten")),
     ((8, 6, 64, 127, False), ("alexop", "alexop", "alexop")),
     ((8, 8, 96, 224, False), ("alexop", "alexop", "aten")),
-    ((8, 10, 96, 224, True), ("alexop", "aten", "alexop")),
+    ((8, 10, 96, 224, True), ("alexop", "alexop", "alexop")),
     ((8, 12, 96, 224, False), ("alexop", "alexop", "alexop")),
-    ((8, 12, 96, 224, True), ("alexop", "aten", "aten")),
+    ((8, 12, 96, 224, True), ("alexop", "alexop", "aten")),
     ((1, 13, 96, 224, False), ("alexop", "alexop", "aten")),
     ((8, 13, 96, 224, False), ("alexop", "alexop", "alexop")),
     ((1, 24, 64, 127, False), ("alexop", "alexop", "aten")),

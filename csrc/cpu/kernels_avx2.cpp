@@ -35,6 +35,10 @@ ALEXOP_VEC __m256 vfma(__m256 a, __m256 b, __m256 c) {
 ALEXOP_VEC __m256d vfma(__m256d a, __m256d b, __m256d c) {
   return _mm256_fmadd_pd(a, b, c);
 }
+ALEXOP_VEC __m256 vadd(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+ALEXOP_VEC __m256d vadd(__m256d a, __m256d b) { return _mm256_add_pd(a, b); }
+ALEXOP_VEC __m256 vsub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
+ALEXOP_VEC __m256d vsub(__m256d a, __m256d b) { return _mm256_sub_pd(a, b); }
 
 }  // namespace alexop::cpu::avx2
 
@@ -42,12 +46,60 @@ ALEXOP_VEC __m256d vfma(__m256d a, __m256d b, __m256d c) {
 #include "micro_kernels.h"
 
 namespace alexop::cpu {
+namespace avx2 {
+
+// kernels_avx512.cpp's winograd_input with a row of the 16x16 block in two
+// registers: lo holds column taps s' = 0, 1 and hi s' = 2, 3 (column phase
+// b of tap s' in lane 4s' + b), so B^T's column pass, lanes (z0, z1, z2, z1)
+// + sign * (z2, z2, z1, z3) in 128-bit units, permutes halves across them.
+ALEXOP_TARGET void winograd_input(const float* in, int64_t pitch,
+                                  int64_t cstride, int64_t C, float* v,
+                                  int64_t xi_stride) {
+  const __m256 sign_lo = _mm256_setr_ps(-1, -1, -1, -1, 1, 1, 1, 1);
+  for (int64_t c = 0; c < C; ++c) {
+    for (int a = 0; a < 4; ++a) {
+      const float* p = in + c * cstride + a * pitch;
+      __m256 rows[4][2];
+      for (int h = 0; h < 2; ++h) {
+        const __m256 d0 = _mm256_loadu_ps(p + 8 * h), d1 = _mm256_loadu_ps(p + 4 * pitch + 8 * h);
+        const __m256 d2 = _mm256_loadu_ps(p + 8 * pitch + 8 * h);
+        const __m256 d3 = _mm256_loadu_ps(p + 12 * pitch + 8 * h);
+        // B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1] over the row taps r'
+        rows[0][h] = _mm256_sub_ps(d0, d2);
+        rows[1][h] = _mm256_add_ps(d1, d2);
+        rows[2][h] = _mm256_sub_ps(d2, d1);
+        rows[3][h] = _mm256_sub_ps(d1, d3);
+      }
+      for (int xi = 0; xi < 4; ++xi) {
+        const __m256 lo = rows[xi][0], hi = rows[xi][1];
+        // keep (z0, z1 | z2, z1), with (z2, z2 | z1, z3)
+        const __m256 keep_hi = _mm256_permute2f128_ps(hi, lo, 0x30);
+        const __m256 with_lo = _mm256_permute2f128_ps(hi, hi, 0x00);
+        const __m256 with_hi = _mm256_permute2f128_ps(lo, hi, 0x31);
+        float* out = v + xi * xi_stride + c * 64 + a * 16;
+        _mm256_storeu_ps(out, _mm256_fmadd_ps(sign_lo, with_lo, lo));
+        _mm256_storeu_ps(out + 8, _mm256_sub_ps(keep_hi, with_hi));
+      }
+    }
+  }
+}
+
+template <typename T, typename... Blockings>
+Kernels<T> make(Blockings... blockings) {
+  using V = Vec<T>;
+  auto k = make_kernels<V, 1>(&transpose_scalar<T>, blockings...);
+  if constexpr (sizeof(T) == 4) {
+    // one vector of filters: 2 x 4 phases of it fill half the 16 registers
+    add_winograd<V, 1, 1>(k, &winograd_input, blockings...);
+  }
+  return k;
+}
+
+}  // namespace avx2
 
 template <typename T>
 const Kernels<T>& kernels_avx2() {
-  static const auto k = avx2::make_kernels<avx2::Vec<T>, 1>(
-      &avx2::transpose_scalar<T>, avx2::Blocking<3, 4>{},
-      avx2::Blocking<2, 6>{}, avx2::Blocking<1, 12>{});
+  static const auto k = avx2::make<T>(avx2::Blocking<3, 4>{}, avx2::Blocking<2, 6>{}, avx2::Blocking<1, 12>{});
   return k;
 }
 

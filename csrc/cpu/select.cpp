@@ -14,8 +14,9 @@
 //     small_nhwc or narrow; weight gradient: few_weight_grad_filters, small_problem or
 //     small_nhwc_weight_grad;
 //     input gradient: many_channels                           -> ATen
-//  5. AVX2 (direct): forward: tiny or nhwc_many_channels; weight gradient: tiny or
-//     nhwc_weight_grad; input gradient: many_channels_avx2    -> ATen
+//  5. AVX2 (Winograd forward and weight gradient): forward: few_pixels or
+//     nhwc_few_filters; weight gradient: few_pixels, tiny or
+//     nhwc_small_weight_grad; input gradient: many_channels_avx2 -> ATen
 //  6. no AVX2 (portable, e.g. aarch64): forward: many_portable_filters; weight gradient:
 //     many_portable_weight_grad_filters; input gradient: many_portable_filters or
 //     many_channels_direct                                    -> ATen
@@ -33,10 +34,10 @@
 // faster loops on few output pixels, its 48-channel register blocks idle
 // under few filters (the weight gradient's less so), and its space-to-depth
 // input gradient computes 16 phase channels per input channel, and oneDNN's
-// channels_last kernels take many channels well. The direct kernels win
-// less: the forward by 1.1-1.5x with AVX2, the portable ones only under few
-// filters, where oneDNN's 4-lane kernels are weak. Against oneDNN's native
-// 16-bit kernels only the input gradient of 1-4 channels keeps its lead.
+// channels_last kernels take many channels well. The portable (direct)
+// kernels win only under few filters, where oneDNN's 4-lane kernels are
+// weak. Against oneDNN's native 16-bit kernels only the input gradient of
+// 1-4 channels keeps its lead.
 
 #include "select.h"
 
@@ -88,19 +89,20 @@ constexpr int64_t k16Pixels = 1024;
 // The fewest output pixels at which alexop's weight gradient of 8 or more
 // channels beats oneDNN's channels_last one (between 882 and 900).
 constexpr int64_t kNhwcWeightGradPixels = 900;
-// Channels: the direct kernels' input gradient loses to oneDNN's from 4 on
-// few output pixels (the portable kernels' from kManyChannels on any), their
-// channels_last forward beyond 4.
+// Channels: the direct input gradient (AVX2, portable) loses to oneDNN's
+// from 4 on few output pixels (the portable one from kManyChannels on any);
+// from NCHW inputs of 4 or more, oneDNN's AVX-512 forward and weight
+// gradient are slow.
 constexpr int64_t kFewChannels = 4;
 // oneDNN's AVX2 kernels' block of channels (a register of float32), and the
 // channels beyond which its channels_last input gradient wins at any count.
 constexpr int64_t kAvx2Channels = 8;
 constexpr int64_t kNhwcAvx2Channels = 11;
-// Filters: where oneDNN's AVX2 and SSE4.1 kernels are weakest (one block of
-// the portable kernels), and the fewest at which alexop's AVX2
-// channels_last forward of many channels wins.
+// Filters: where oneDNN's SSE4.1 kernels are weakest (one block of the
+// portable kernels), and the fewest at which alexop's AVX2 forward from
+// channels_last inputs of many channels wins on few output pixels.
 constexpr int64_t kFewFilters = 16;
-constexpr int64_t kNhwcForwardFilters = 64;
+constexpr int64_t kNhwcAvx2ForwardFilters = 32;
 // Output columns: under 12 Winograd tiles a row the forward's groups of up
 // to 8 tiles a row leave its register blocks part empty (and winograd_rows'
 // bands hold few tiles); under 4 tiles, even 2-3 channels' products do not
@@ -217,20 +219,21 @@ bool is_16bit(const Problem& p) {
   return p.dtype == c10::ScalarType::Half || p.dtype == c10::ScalarType::BFloat16;
 }
 
-// The direct kernels (AVX2, portable), without Winograd's fewer products.
-// Few output pixels of 3 or more channels and a full block of filters:
-// the per-call packing outweighs the products.
+// Few output pixels of 3 or more channels and a full block of filters,
+// where the per-call packing outweighs the products (the portable kernels,
+// and the AVX2 Winograd weight gradient).
 bool tiny(const Problem& p) { return pixels(p) < kFewPixels && p.C >= 3 && p.K >= kMinForwardFilters; }
-// oneDNN's channels_last AVX2 forward of 5 or more channels: faster under
-// 64 filters, and under one AlexNet image's output pixels.
-bool nhwc_many_channels(const Problem& p) {
-  return p.channels_last && p.C > kFewChannels && (p.K < kNhwcForwardFilters || pixels(p) < kOneImage);
+// With AVX2 the Winograd kernels lose to oneDNN's AVX2 ones on small
+// problems only (docs/cpu.md): under kFewPixels output pixels at 4 or more
+// channels (their transforms and packing outweigh the products); from
+// channels_last inputs, the forward of 8 or more channels under
+// kNhwcAvx2ForwardFilters and the weight gradient up to one AlexNet image's
+// output pixels.
+bool few_pixels(const Problem& p) { return p.C >= kFewChannels && pixels(p) < kFewPixels; }
+bool nhwc_few_filters(const Problem& p) {
+  return p.channels_last && p.C >= kManyChannels && p.K < kNhwcAvx2ForwardFilters && pixels(p) <= kOneImage;
 }
-// oneDNN's channels_last AVX2 weight gradient, as fast as alexop's or
-// faster but for one block of filters of a few channels or few pixels.
-bool nhwc_weight_grad(const Problem& p) {
-  return p.channels_last && (p.K > kFewFilters || p.C >= kManyChannels) && pixels(p) >= kFewPixels;
-}
+bool nhwc_small_weight_grad(const Problem& p) { return p.channels_last && pixels(p) < kOneImage; }
 // oneDNN's input gradient against the direct kernels' (16 phase channels
 // per input channel): from 4 channels on few output pixels; with the
 // portable kernels from 8.
@@ -301,7 +304,7 @@ bool aten_forward(const Problem& p) {
       return few_forward_filters(p) || small_problem(p) || small_forward(p) || small_sliver(p) ||
              small_nhwc(p) || narrow(p);
     case Isa::kAvx2:
-      return tiny(p) || nhwc_many_channels(p);
+      return few_pixels(p) || nhwc_few_filters(p);
     case Isa::kDefault:
       return many_portable_filters(p);
   }
@@ -314,7 +317,7 @@ bool aten_weight_grad(const Problem& p) {
     case Isa::kAvx512:
       return few_weight_grad_filters(p) || small_problem(p) || small_nhwc_weight_grad(p);
     case Isa::kAvx2:
-      return tiny(p) || nhwc_weight_grad(p);
+      return few_pixels(p) || tiny(p) || nhwc_small_weight_grad(p);
     case Isa::kDefault:
       return many_portable_weight_grad_filters(p);
   }
