@@ -39,6 +39,61 @@ ALEXOP_VEC __m256 vadd(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
 ALEXOP_VEC __m256d vadd(__m256d a, __m256d b) { return _mm256_add_pd(a, b); }
 ALEXOP_VEC __m256 vsub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
 ALEXOP_VEC __m256d vsub(__m256d a, __m256d b) { return _mm256_sub_pd(a, b); }
+// The first n lanes (masked-off lanes are neither read nor written).
+ALEXOP_VEC __m256i first_lanes(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+ALEXOP_VEC __m256i first_lanes_pd(int n) {
+  return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
+}
+ALEXOP_VEC __m256 vload_n(const float* p, int n) { return _mm256_maskload_ps(p, first_lanes(n)); }
+ALEXOP_VEC __m256d vload_n(const double* p, int n) { return _mm256_maskload_pd(p, first_lanes_pd(n)); }
+// whole and half registers are stored unmasked: masked stores cost more
+ALEXOP_VEC void vstore_n(float* p, __m256 v, int n) {
+  if (n == 8) {
+    _mm256_storeu_ps(p, v);
+  } else if (n == 4) {
+    _mm_storeu_ps(p, _mm256_castps256_ps128(v));
+  } else {
+    _mm256_maskstore_ps(p, first_lanes(n), v);
+  }
+}
+ALEXOP_VEC void vstore_n(double* p, __m256d v, int n) {
+  if (n == 4) {
+    _mm256_storeu_pd(p, v);
+  } else if (n == 2) {
+    _mm_storeu_pd(p, _mm256_castpd256_pd128(v));
+  } else {
+    _mm256_maskstore_pd(p, first_lanes_pd(n), v);
+  }
+}
+// 8 x 8 floats: pairs, then quadruples within 128-bit lanes, then lanes.
+ALEXOP_VEC void vtranspose(__m256* r) {
+  __m256 t[8], s[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+    s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+  }
+}
+// 4 x 4 doubles: pairs within 128-bit lanes, then lanes.
+ALEXOP_VEC void vtranspose(__m256d* r) {
+  const __m256d t0 = _mm256_unpacklo_pd(r[0], r[1]), t1 = _mm256_unpackhi_pd(r[0], r[1]);
+  const __m256d t2 = _mm256_unpacklo_pd(r[2], r[3]), t3 = _mm256_unpackhi_pd(r[2], r[3]);
+  r[0] = _mm256_permute2f128_pd(t0, t2, 0x20);
+  r[1] = _mm256_permute2f128_pd(t1, t3, 0x20);
+  r[2] = _mm256_permute2f128_pd(t0, t2, 0x31);
+  r[3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+}
 
 }  // namespace alexop::cpu::avx2
 
@@ -87,7 +142,7 @@ ALEXOP_TARGET void winograd_input(const float* in, int64_t pitch,
 template <typename T, typename... Blockings>
 Kernels<T> make(Blockings... blockings) {
   using V = Vec<T>;
-  auto k = make_kernels<V, 1>(&transpose_scalar<T>, blockings...);
+  auto k = make_kernels<V, 1>(&transpose_blocks<V>, blockings...);
   if constexpr (sizeof(T) == 4) {
     // one vector of filters: 2 x 4 phases of it fill half the 16 registers
     add_winograd<V, 1, 1>(k, &winograd_input, blockings...);
