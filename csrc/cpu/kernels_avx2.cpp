@@ -48,25 +48,10 @@ ALEXOP_VEC __m256i first_lanes_pd(int n) {
 }
 ALEXOP_VEC __m256 vload_n(const float* p, int n) { return _mm256_maskload_ps(p, first_lanes(n)); }
 ALEXOP_VEC __m256d vload_n(const double* p, int n) { return _mm256_maskload_pd(p, first_lanes_pd(n)); }
-// whole and half registers are stored unmasked: masked stores cost more
-ALEXOP_VEC void vstore_n(float* p, __m256 v, int n) {
-  if (n == 8) {
-    _mm256_storeu_ps(p, v);
-  } else if (n == 4) {
-    _mm_storeu_ps(p, _mm256_castps256_ps128(v));
-  } else {
-    _mm256_maskstore_ps(p, first_lanes(n), v);
-  }
-}
-ALEXOP_VEC void vstore_n(double* p, __m256d v, int n) {
-  if (n == 4) {
-    _mm256_storeu_pd(p, v);
-  } else if (n == 2) {
-    _mm_storeu_pd(p, _mm256_castpd256_pd128(v));
-  } else {
-    _mm256_maskstore_pd(p, first_lanes_pd(n), v);
-  }
-}
+ALEXOP_VEC void vstore_half(float* p, __m256 v) { _mm_storeu_ps(p, _mm256_castps256_ps128(v)); }
+ALEXOP_VEC void vstore_half(double* p, __m256d v) { _mm_storeu_pd(p, _mm256_castpd256_pd128(v)); }
+ALEXOP_VEC void vstore_masked(float* p, __m256 v, int n) { _mm256_maskstore_ps(p, first_lanes(n), v); }
+ALEXOP_VEC void vstore_masked(double* p, __m256d v, int n) { _mm256_maskstore_pd(p, first_lanes_pd(n), v); }
 // 8 x 8 floats: pairs, then quadruples within 128-bit lanes, then lanes.
 ALEXOP_VEC void vtranspose(__m256* r) {
   __m256 t[8], s[8];

@@ -64,18 +64,6 @@ ALEXOP_VEC void vstore_masked(float* p, __m512 v, int n) {
 ALEXOP_VEC void vstore_masked(double* p, __m512d v, int n) {
   _mm512_mask_storeu_pd(p, (1u << n) - 1, v);
 }
-// whole and half registers are stored unmasked: masked stores cost more
-template <typename T, typename Reg>
-ALEXOP_VEC void vstore_n(T* p, Reg v, int n) {
-  constexpr int lanes = sizeof(Reg) / sizeof(T);
-  if (n == lanes) {
-    vstore(p, v);
-  } else if (n == lanes / 2) {
-    vstore_half(p, v);
-  } else {
-    vstore_masked(p, v, n);
-  }
-}
 template <int Imm>
 ALEXOP_VEC __m512 shuffle_lanes(__m512 a, __m512 b) {
   return _mm512_shuffle_f32x4(a, b, Imm);

@@ -17,11 +17,27 @@
 
 namespace alexop::cpu::ALEXOP_CPU_ISA {
 
+// The first n lanes of v stored, for an instruction set with vstore_half
+// and vstore_masked: whole and half registers are stored unmasked, since
+// masked stores cost more.
+template <typename T, typename Reg>
+ALEXOP_VEC void vstore_n(T* p, Reg v, int n) {
+  constexpr int lanes = sizeof(Reg) / sizeof(T);
+  if (n == lanes) {
+    vstore(p, v);
+  } else if (n == lanes / 2) {
+    vstore_half(p, v);
+  } else {
+    vstore_masked(p, v, n);
+  }
+}
+
 // T scalars in a register, over the operations the instruction set's
 // file defines for its register types: vload, vstore, vbcast (one scalar
 // from memory to every lane), vfma; vadd and vsub for the Winograd
-// transforms; vload_n / vstore_n (the first n lanes) and vtranspose (lane j
-// of r[i] <-> lane i of r[j]) for the register transpose.
+// transforms; vload_n, vstore_half and vstore_masked (vstore_n above: the
+// first n lanes) and vtranspose (lane j of r[i] <-> lane i of r[j]) for the
+// register transpose.
 template <typename Scalar>
 struct Vec {
   using T = Scalar;
