@@ -186,5 +186,4 @@ inline void advise_huge_pages(const at::Tensor& t) {
 #endif
 }
 
-
 }  // namespace alexop::cpu
