@@ -21,6 +21,7 @@ enum class Decision : int64_t {
   kInputGradLayout,
   kWeightGradLayout,
   kWeightGradKernel,  // CUDA: alexop's weight-gradient slices or cuDNN
+  kInputGradKernel,   // CUDA: alexop's input gradient or cuDNN
   kCpuForward,        // CPU: alexop's kernels or ATen's convolution
   kCpuInputGrad,
   kCpuWeightGrad,

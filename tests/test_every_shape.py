@@ -334,6 +334,36 @@ def test_weight_grad_slices_timed_against_cudnn(n, c, k, hw, mode, channels_last
         assert rel_l2(gw, want_gw) <= bound and rel_l2(gb, want_gb) <= bound, names
 
 
+# The input gradient of more than 3 channels in TF32 and 16-bit likewise times alexop's own
+# kernels (slices of 3, or the cuBLAS GEMM + fold) against cuDNN, whose speed there jumps with
+# the filter count.
+@pytest.mark.parametrize("n,c,k,hw,mode,channels_last,own", [
+    (8, 5, 16, 64, "bf16", True, "slice3x2+"),
+    (4, 12, 32, 100, "bf16", False, "dgrad_cublas_fold"),
+    (8, 4, 96, 100, "tf32", False, "slice3x2+"),
+    (2, 20, 64, 67, "bf16", False, "dgrad_cublas_fold"),
+])
+def test_input_grad_timed_against_cudnn(n, c, k, hw, mode, channels_last, own):
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("alexop's tensor-core kernels need sm_80")
+    dtype, bound = (torch.bfloat16, REL_L2[torch.bfloat16]) if mode == "bf16" else (torch.float32, 1e-3)
+    x, wt, b = make_inputs(n, c, k, hw, hw, dtype=dtype, device="cuda", seed=c)
+    side = (hw + 4 - 11) // 4 + 1
+    grad = torch.randn(n, k, side, side, device="cuda").to(dtype)
+    if channels_last:
+        x, grad = (t.to(memory_format=torch.channels_last) for t in (x, grad))
+    with precision("medium" if mode == "tf32" else "highest"):
+        names = alexop.kernel_for(x, wt, 2)["input_grad"].split("|")
+        got = [torch.ops.alexop.conv11s4_backward_input(grad, wt, list(x.shape), 2) for _ in range(2)]
+        with untimed():
+            got.append(torch.ops.alexop.conv11s4_backward_input(grad, wt, list(x.shape), 2))
+    assert len(names) == 2 and "dgrad_cudnn" in names and any(name.startswith(own) for name in names), names
+    want = grads_reference(x, wt, b, grad, 2)[0]
+    for gx in got:
+        assert_layout_like(gx, want)
+        assert rel_l2(gx, want) <= bound, names
+
+
 @pytest.mark.parametrize("c", [4, 8, 16])
 @pytest.mark.parametrize("dtype,mode,bound", MODES)
 def test_channel_slices_from_channels_last_without_bias(c, dtype, mode, bound):

@@ -320,25 +320,11 @@ at::Tensor conv11s4_cuda(
   return cuda::relayout(output, format);
 }
 
-at::Tensor conv11s4_backward_input_cuda(
-    const at::Tensor& grad_output,
-    const at::Tensor& weight,
-    c10::SymIntArrayRef input_size_sym,
-    int64_t padding) {
-  check_conv11s4_backward_input(grad_output, weight, input_size_sym, padding);
-  check_dtype(
-      "alexop.conv11s4_backward_input", grad_output, kCudaTypes, "CUDA");
-  const c10::cuda::CUDAGuard guard(grad_output.device());
-  const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
-  const auto dev = cuda::device(grad_output.get_device());
-  const cuda::input_grad::Problem p{
-      problem_base(dev, grad_output, input_size, weight.size(0), padding)};
-  const auto choice = cuda::input_grad::select(p);
-  const auto format = output_memory_format(grad_output, weight);
-  if (choice.kernel == cuda::input_grad::Kernel::kCudnn) {
-    return cuda::conv11s4_backward_input_cudnn(
-        grad_output, weight, input_size, padding, cudnn_tf32(), format);
-  }
+// The input gradient on alexop's kernels, as choice says (not kCudnn).
+at::Tensor input_grad_alexop(
+    const cuda::input_grad::Choice& choice, const cuda::input_grad::Problem& p,
+    const at::Tensor& grad_output, const at::Tensor& weight,
+    at::IntArrayRef input_size, at::MemoryFormat format) {
   if (choice.kernel == cuda::input_grad::Kernel::kNone) {
     return at::empty(input_size, grad_output.options().memory_format(format));
   }
@@ -355,7 +341,7 @@ at::Tensor conv11s4_backward_input_cuda(
   // fewer channels into a buffer, then copied
   const int64_t C = input_size[1];
   const int64_t size3[] = {input_size[0], cuda::kC, input_size[2], input_size[3]};
-  const cuda::input_grad::Problem p3{problem_base(dev, grad_output, size3, w.size(0), padding)};
+  const cuda::input_grad::Problem p3{problem_base(p.dev, grad_output, size3, w.size(0), p.pad)};
   const auto choice3 = cuda::input_grad::select(p3);
   auto grad_input = at::empty(input_size, grad_output.options());
   for (int g = 0; g < choice.slices; ++g) {
@@ -370,6 +356,43 @@ at::Tensor conv11s4_backward_input_cuda(
     }
   }
   return cuda::relayout(grad_input, format);
+}
+
+at::Tensor conv11s4_backward_input_cuda(
+    const at::Tensor& grad_output,
+    const at::Tensor& weight,
+    c10::SymIntArrayRef input_size_sym,
+    int64_t padding) {
+  namespace ig = cuda::input_grad;
+  check_conv11s4_backward_input(grad_output, weight, input_size_sym, padding);
+  check_dtype(
+      "alexop.conv11s4_backward_input", grad_output, kCudaTypes, "CUDA");
+  const c10::cuda::CUDAGuard guard(grad_output.device());
+  const auto input_size = C10_AS_INTARRAYREF_SLOW(input_size_sym);
+  const auto dev = cuda::device(grad_output.get_device());
+  const ig::Problem p{
+      problem_base(dev, grad_output, input_size, weight.size(0), padding)};
+  auto choice = ig::select(p);
+  const auto format = output_memory_format(grad_output, weight);
+  const auto cudnn = [&] {
+    return cuda::conv11s4_backward_input_cudnn(
+        grad_output, weight, input_size, padding, cudnn_tf32(), format);
+  };
+  if (ig::timed(p)) {
+    const auto mine = ig::own(p);
+    const TimedKey key{
+        (int64_t)Decision::kInputGradKernel, grad_output.get_device(),
+        (int64_t)grad_output.scalar_type(), cudnn_tf32(), input_size[0],
+        input_size[1], input_size[2], input_size[3], weight.size(0), padding,
+        (int64_t)grad_output.suggest_memory_format(), (int64_t)format};
+    const int guess = choice.kernel == ig::Kernel::kCudnn;
+    const bool on_mine = cuda::fastest(key, guess, {
+        [&] { input_grad_alexop(mine, p, grad_output, weight, input_size, format); },
+        [&] { cudnn(); }}) == 0;
+    choice = on_mine ? mine : ig::Choice{ig::Kernel::kCudnn};
+  }
+  if (choice.kernel == ig::Kernel::kCudnn) return cudnn();
+  return input_grad_alexop(choice, p, grad_output, weight, input_size, format);
 }
 
 // grad_output's channels as the kernels take them: all K, or (where the
@@ -516,7 +539,7 @@ std::vector<std::string> kernel_names(
   return {
       cuda::forward::name(cuda::forward::select(fwd)),
       cuda::weight_grad::timed_name(wgrad),
-      cuda::input_grad::name(cuda::input_grad::select(dgrad))};
+      cuda::input_grad::timed_name(dgrad)};
 }
 
 std::vector<std::string> kernel_for_cuda(

@@ -1,8 +1,8 @@
 #pragma once
 // Choices timed on the GPU (../../timed.h): cuDNN's NCHW against its
 // channels_last kernels (the cuDNN fallbacks' layout), and alexop's
-// weight-gradient slices against cuDNN at 4-16 channels, each way timed as
-// it would run, copies included. During CUDA graph capture (nothing may
+// gradients of more than 3 channels against cuDNN, each way timed as it
+// would run, copies included. During CUDA graph capture (nothing may
 // synchronize) a problem not yet timed takes the guess.
 
 #include "../../timed.h"

@@ -15,6 +15,9 @@
 // bf16 / fp16:
 // 10. wgmma                                 -> gmma 16-bit
 // 11.                                       -> mma.sync 16-bit, else generic
+// More than 3 channels in TF32 or 16-bit, the choice above is a guess: the op
+// times alexop's own (own: slices of 3, else the GEMM + fold) against cuDNN
+// on each problem's first call (timed).
 
 #include "select.h"
 
@@ -84,6 +87,17 @@ constexpr const char* kModeNames[] = {"3xtf32", "tf32", "", "3xfp16"};
 constexpr const char* kKernelNames[] = {"none",       "dgrad_cublas_fold", "dgrad_gmma",
                                         "dgrad_gmma", "dgrad_mma",         "dgrad_cudnn"};
 
+// Slices of 3 channels where the 3-channel choice is a tensor-core kernel,
+// else kGeneric.
+Choice slices_of(const Problem& p) {
+  Problem q = p;
+  q.C = kC;
+  Choice c = select(q);
+  if (c.kernel == Kernel::kGeneric || c.kernel == Kernel::kCudnn) return make(Kernel::kGeneric, p, k16);
+  c.slices = input_slices(p.C);
+  return c;
+}
+
 }  // namespace
 
 Choice select(const Problem& p) {
@@ -91,13 +105,8 @@ Choice select(const Problem& p) {
   if (p.dtype == ScalarType::Double) return make(Kernel::kGeneric, p, k16);
   if (!tensor_core_kernels(p.dev)) return make(Kernel::kCudnn, p, k16);
   if (p.C >= 1 && p.C != kC && p.C <= max_sliced_channels(p) && !one_small_image(p)) {
-    Problem q = p;
-    q.C = kC;
-    Choice c = select(q);
-    if (c.kernel != Kernel::kGeneric && c.kernel != Kernel::kCudnn) {
-      c.slices = input_slices(p.C);
-      return c;
-    }
+    const Choice c = slices_of(p);
+    if (c.kernel != Kernel::kGeneric) return c;
   }
   if (!tc_shape(p)) return make(cudnn_wins(p) || launch_bound(p) ? Kernel::kCudnn : Kernel::kGeneric, p, k16);
   if (launch_bound(p)) return make(Kernel::kCudnn, p, k16);
@@ -109,6 +118,28 @@ std::string name(const Choice& c) {
   if (c.kernel == Kernel::kNone || c.kernel == Kernel::kGeneric || c.kernel == Kernel::kCudnn) return s;
   return slices_prefix(c.slices) + s + "_" +
          (c.mode == k16 ? (c.dtype == ScalarType::Half ? "fp16" : "bf16") : kModeNames[c.mode]);
+}
+
+bool timed(const Problem& p) {
+  return p.C > kC && p.N * p.H * p.W > 0 && p.dtype != ScalarType::Double && tensor_core_kernels(p.dev) &&
+         !(p.dtype == ScalarType::Float && p.math == Fp32Math::kAccurate);
+}
+
+Choice own(const Problem& p) {
+  const Choice guess = select(p);
+  if (guess.kernel != Kernel::kCudnn) return guess;
+  if (p.C <= kMaxSlicedChannels) {
+    const Choice c = slices_of(p);
+    if (c.kernel != Kernel::kGeneric) return c;
+  }
+  return make(Kernel::kGeneric, p, k16);
+}
+
+std::string timed_name(const Problem& p) {
+  const auto guess = select(p);
+  if (!timed(p)) return name(guess);
+  const auto other = guess.kernel == Kernel::kCudnn ? own(p) : make(Kernel::kCudnn, p, k16);
+  return name(guess) + "|" + name(other);
 }
 
 }  // namespace alexop::cuda::input_grad

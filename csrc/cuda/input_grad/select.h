@@ -32,10 +32,21 @@ struct Choice {
 
 Choice select(const Problem& p);
 
+// More than 3 channels in TF32 or 16-bit: whether alexop's kernels (slices
+// of 3, or the cuBLAS GEMM + fold) or cuDNN is the faster has no rule (its
+// speed jumps with the filter count), so the op times both on a problem's
+// first call (common/timed.h); own(p) is alexop's choice there.
+bool timed(const Problem& p);
+Choice own(const Problem& p);
+
 // e.g. "dgrad_gmma_bf16", "dgrad_mma_3xtf32", "pad3+dgrad_gmma_3xfp16",
 // "slice3x2+dgrad_gmma_bf16", "dgrad_cublas_fold",
 // "dgrad_cudnn"
 std::string name(const Choice& c);
+
+// select's name, and where timed, "|" and the other choice's: the guess
+// first ("dgrad_cublas_fold|dgrad_cudnn")
+std::string timed_name(const Problem& p);
 
 // The kernels' fits (plan.cu): a tiling whose dy window fits the stage
 // buffers, resident B and two stage buffers in shared memory, tile and cell
