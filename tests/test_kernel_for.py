@@ -574,3 +574,23 @@ TIMED_WEIGHT_GRAD_NAMES = [
 def test_weight_grad_timed_choices_by_name(case, want):
     gpu, n, c, k, side, dtype, mode, channels_last = case
     assert _named(gpu, n, c, k, side, side, 2, dtype, mode, channels_last)["weight_grad"] == want
+
+
+# The input gradient's two timed choices by name: more than 3 channels in TF32 and 16-bit, alexop's
+# own (slices of 3, else the cuBLAS GEMM + fold) and cuDNN, the guess first.
+TIMED_INPUT_GRAD_NAMES = [
+    (("h100", 8, 5, 16, 100, torch.bfloat16, "highest", True), "slice3x2+dgrad_gmma_bf16|dgrad_cudnn"),
+    (("h100", 4, 12, 32, 100, torch.bfloat16, "highest", False), "dgrad_cublas_fold|dgrad_cudnn"),
+    (("h100", 8, 4, 96, 100, torch.float32, "medium", False), "dgrad_cudnn|slice3x2+dgrad_mma_tf32"),
+    (("a100", 8, 4, 96, 100, torch.float32, "medium", False), "dgrad_cudnn|dgrad_cublas_fold"),
+    (("h100", 2, 20, 64, 67, torch.bfloat16, "highest", False), "dgrad_cublas_fold|dgrad_cudnn"),
+    (("h100", 8, 4, 96, 100, torch.float32, "highest", False), "slice3x2+dgrad_gmma_3xfp16"),
+    (("h100", 8, 3, 96, 224, torch.bfloat16, "highest", False), "dgrad_gmma_bf16"),
+]
+
+
+@named_gpus
+@pytest.mark.parametrize("case,want", TIMED_INPUT_GRAD_NAMES, ids=lambda v: str(v))
+def test_input_grad_timed_choices_by_name(case, want):
+    gpu, n, c, k, side, dtype, mode, channels_last = case
+    assert _named(gpu, n, c, k, side, side, 2, dtype, mode, channels_last)["input_grad"] == want
