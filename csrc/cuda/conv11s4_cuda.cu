@@ -503,7 +503,8 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
         grad_output, input, K, padding, bias_grad, cudnn_tf32());
   };
   if (wg::slices_timed(problem)) {
-    const auto slices = wg::sliced(problem);
+    // sliced differs from select only where select gives cuDNN
+    const auto slices = choice.kernel == wg::Kernel::kCudnn ? wg::sliced(problem) : choice;
     if (slices.kernel != wg::Kernel::kCudnn) {
       const TimedKey key{
           (int64_t)Decision::kWeightGradKernel, input.get_device(),
