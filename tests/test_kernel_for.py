@@ -569,13 +569,6 @@ TIMED_WEIGHT_GRAD_NAMES = [
 ]
 
 
-@named_gpus
-@pytest.mark.parametrize("case,want", TIMED_WEIGHT_GRAD_NAMES, ids=lambda v: str(v))
-def test_weight_grad_timed_choices_by_name(case, want):
-    gpu, n, c, k, side, dtype, mode, channels_last = case
-    assert _named(gpu, n, c, k, side, side, 2, dtype, mode, channels_last)["weight_grad"] == want
-
-
 # The input gradient's two timed choices by name: more than 3 channels in TF32 and 16-bit, alexop's
 # own (slices of 3, else the cuBLAS GEMM + fold) and cuDNN, the guess first.
 TIMED_INPUT_GRAD_NAMES = [
@@ -590,7 +583,8 @@ TIMED_INPUT_GRAD_NAMES = [
 
 
 @named_gpus
-@pytest.mark.parametrize("case,want", TIMED_INPUT_GRAD_NAMES, ids=lambda v: str(v))
-def test_input_grad_timed_choices_by_name(case, want):
+@pytest.mark.parametrize("op,case,want", [("weight_grad", *t) for t in TIMED_WEIGHT_GRAD_NAMES] +
+                         [("input_grad", *t) for t in TIMED_INPUT_GRAD_NAMES], ids=lambda v: str(v))
+def test_timed_choices_by_name(op, case, want):
     gpu, n, c, k, side, dtype, mode, channels_last = case
-    assert _named(gpu, n, c, k, side, side, 2, dtype, mode, channels_last)["input_grad"] == want
+    assert _named(gpu, n, c, k, side, side, 2, dtype, mode, channels_last)[op] == want
