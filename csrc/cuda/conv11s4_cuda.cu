@@ -379,12 +379,10 @@ at::Tensor conv11s4_backward_input_cuda(
         grad_output, weight, input_size, padding, cudnn_tf32(), format);
   };
   if (ig::timed(p)) {
-    const auto mine = ig::own(p);
-    const TimedKey key{
-        (int64_t)Decision::kInputGradKernel, grad_output.get_device(),
-        (int64_t)grad_output.scalar_type(), cudnn_tf32(), input_size[0],
-        input_size[1], input_size[2], input_size[3], weight.size(0), padding,
-        (int64_t)grad_output.suggest_memory_format(), (int64_t)format};
+    const auto mine = ig::own(p, choice);
+    const auto key = cuda::timed_key(
+        Decision::kInputGradKernel, grad_output, input_size, weight.size(0),
+        padding, cudnn_tf32(), false, format);
     const int guess = choice.kernel == ig::Kernel::kCudnn;
     const bool on_mine = cuda::fastest(key, guess, {
         [&] { input_grad_alexop(mine, p, grad_output, weight, input_size, format); },
@@ -506,12 +504,9 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
     // sliced differs from select only where select gives cuDNN
     const auto slices = choice.kernel == wg::Kernel::kCudnn ? wg::sliced(problem) : choice;
     if (slices.kernel != wg::Kernel::kCudnn) {
-      const TimedKey key{
-          (int64_t)Decision::kWeightGradKernel, input.get_device(),
-          (int64_t)input.scalar_type(), cudnn_tf32(), input.size(0), input.size(1),
-          input.size(2), input.size(3), K, padding,
-          (int64_t)input.suggest_memory_format(),
-          (int64_t)grad_output.suggest_memory_format() * 2 + bias_grad};
+      const auto key = cuda::timed_key(
+          Decision::kWeightGradKernel, input, input.sizes(), K, padding,
+          cudnn_tf32(), bias_grad, grad_output.suggest_memory_format());
       const int guess = choice.kernel == wg::Kernel::kCudnn;
       const bool on_slices = cuda::fastest(key, guess, {
           [&] { weight_grad_alexop(slices, grad_output, input, K, padding, bias_grad, prep); },

@@ -7,10 +7,19 @@
 
 #include "../../timed.h"
 
+#include <ATen/core/Tensor.h>
+
 #include <functional>
 #include <vector>
 
 namespace alexop::cuda {
+
+// A problem's key: the decision; the device and dtype of x (the operand the
+// op reads, as given); the precision; the input's sizes, the filter count
+// and the padding; x's layout, and the result's layout with whether a bias
+// (gradient) is made.
+TimedKey timed_key(Decision op, const at::Tensor& x, at::IntArrayRef size, int64_t K, int64_t padding,
+                   bool allow_tf32, bool bias, at::MemoryFormat format);
 
 // The index in runs of the fastest, each run the whole op in one way
 // (timed_choice: the guess where timing is not allowed or fails).

@@ -66,15 +66,6 @@ int64_t output_pixels(const at::Tensor& input, int64_t padding) {
   return input.size(0) * out(2) * out(3);
 }
 
-// The layout cache's key (common/timed.h): which op's layout, its operands'
-// device, dtype, sizes and layouts (x's and the result's), and the precision.
-TimedKey layout_key(Decision op, const at::Tensor& x, at::IntArrayRef size, int64_t K, int64_t padding,
-                    bool allow_tf32, bool bias, at::MemoryFormat format) {
-  return {(int64_t)op, x.get_device(), (int64_t)x.scalar_type(), allow_tf32,
-          size[0],     size[1],        size[2],                   size[3],
-          K,           padding,        (int64_t)x.suggest_memory_format(), (int64_t)format * 2 + bias};
-}
-
 // The faster of cuDNN's NCHW and channels_last kernels, run(layout) the op
 // in that layout, copies included.
 at::MemoryFormat faster_layout(
@@ -103,7 +94,7 @@ at::Tensor conv11s4_cudnn(
   };
   const int64_t K = weight.size(0);
   const auto layout = faster_layout(
-      layout_key(Decision::kForwardLayout, input, input.sizes(), K, padding, allow_tf32,
+      timed_key(Decision::kForwardLayout, input, input.sizes(), K, padding, allow_tf32,
                  bias.has_value() && bias->defined(), format),
       forward_guess(K, output_pixels(input, padding), input.scalar_type(), allow_tf32, format), run);
   return run(layout);
@@ -132,7 +123,7 @@ at::Tensor conv11s4_backward_input_cudnn(
     return relayout(dx, format);
   };
   const auto layout = faster_layout(
-      layout_key(Decision::kInputGradLayout, grad_output, input_size, weight.size(0), padding, allow_tf32, false,
+      timed_key(Decision::kInputGradLayout, grad_output, input_size, weight.size(0), padding, allow_tf32, false,
                  format),
       at::MemoryFormat::ChannelsLast, run);
   return run(layout);
@@ -163,7 +154,7 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cudnn(
     return std::make_tuple(grad_weight.contiguous(), bias_grad ? grad_bias : at::empty({0}, input.options()));
   };
   const auto layout = faster_layout(
-      layout_key(Decision::kWeightGradLayout, input, input.sizes(), out_channels, padding, allow_tf32, bias_grad,
+      timed_key(Decision::kWeightGradLayout, input, input.sizes(), out_channels, padding, allow_tf32, bias_grad,
                  grad_output.suggest_memory_format()),
       grad_output.suggest_memory_format(), run);
   return run(layout);

@@ -125,8 +125,7 @@ bool timed(const Problem& p) {
          !(p.dtype == ScalarType::Float && p.math == Fp32Math::kAccurate);
 }
 
-Choice own(const Problem& p) {
-  const Choice guess = select(p);
+Choice own(const Problem& p, const Choice& guess) {
   if (guess.kernel != Kernel::kCudnn) return guess;
   if (p.C <= kMaxSlicedChannels) {
     const Choice c = slices_of(p);
@@ -138,7 +137,7 @@ Choice own(const Problem& p) {
 std::string timed_name(const Problem& p) {
   const auto guess = select(p);
   if (!timed(p)) return name(guess);
-  const auto other = guess.kernel == Kernel::kCudnn ? own(p) : make(Kernel::kCudnn, p, k16);
+  const auto other = guess.kernel == Kernel::kCudnn ? own(p, guess) : make(Kernel::kCudnn, p, k16);
   return name(guess) + "|" + name(other);
 }
 

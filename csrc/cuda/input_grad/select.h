@@ -35,9 +35,10 @@ Choice select(const Problem& p);
 // More than 3 channels in TF32 or 16-bit: whether alexop's kernels (slices
 // of 3, or the cuBLAS GEMM + fold) or cuDNN is the faster has no rule (its
 // speed jumps with the filter count), so the op times both on a problem's
-// first call (common/timed.h); own(p) is alexop's choice there.
+// first call (common/timed.h); own(p, guess) is alexop's choice there,
+// guess being select(p).
 bool timed(const Problem& p);
-Choice own(const Problem& p);
+Choice own(const Problem& p, const Choice& guess);
 
 // e.g. "dgrad_gmma_bf16", "dgrad_mma_3xtf32", "pad3+dgrad_gmma_3xfp16",
 // "slice3x2+dgrad_gmma_bf16", "dgrad_cublas_fold",
