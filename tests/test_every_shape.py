@@ -303,20 +303,26 @@ def test_weight_grad_slices_selection(n, c, k, hw, mode, channels_last, want):
     assert names["weight_grad"].startswith(want), names
 
 
-# Where many_channels_pay is a guess (4-16 channels, TF32 and 16-bit: cuDNN's kernels there are
-# fast or slow by shape in ways no rule follows) the weight gradient's first call times slices of
+# Where many_channels_pay is a guess (4-16 channels: cuDNN's kernels there are fast or slow by
+# shape in ways no rule follows) the weight gradient's first call times slices of
 # 3 against cuDNN and the process keeps the faster. kernel_for names both, the guess first; the
 # timed call, a later one and an untimed one (the guess's) each give float64's gradients.
+# dtype and the relative L2 bound of a timed test's mode (tf32: "medium"; fp32: "highest").
+TIMED_MODES = {"bf16": (torch.bfloat16, REL_L2[torch.bfloat16]), "tf32": (torch.float32, 1e-3),
+               "fp32": (torch.float32, 1e-5)}
+
+
 @pytest.mark.parametrize("n,c,k,hw,mode,channels_last", [
     (16, 8, 64, 126, "bf16", True),  # slices guessed
     (8, 12, 96, 224, "bf16", False),  # cuDNN guessed
     (8, 5, 96, 100, "tf32", False),
+    (8, 5, 96, 100, "fp32", False),  # fp32-accurate slices against cuDNN's full fp32
     (4, 7, 64, 127, "bf16", False),  # an odd width: slices one zero column wider
 ])
 def test_weight_grad_slices_timed_against_cudnn(n, c, k, hw, mode, channels_last):
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("alexop's tensor-core kernels need sm_80")
-    dtype, bound = (torch.bfloat16, REL_L2[torch.bfloat16]) if mode == "bf16" else (torch.float32, 1e-3)
+    dtype, bound = TIMED_MODES[mode]
     x, wt, b = make_inputs(n, c, k, hw, hw, dtype=dtype, device="cuda", seed=c)
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
@@ -334,19 +340,20 @@ def test_weight_grad_slices_timed_against_cudnn(n, c, k, hw, mode, channels_last
         assert rel_l2(gw, want_gw) <= bound and rel_l2(gb, want_gb) <= bound, names
 
 
-# The input gradient of more than 3 channels in TF32 and 16-bit likewise times alexop's own
+# The input gradient of more than 3 channels likewise times alexop's own
 # kernels (slices of 3, or the cuBLAS GEMM + fold) against cuDNN, whose speed there jumps with
 # the filter count.
 @pytest.mark.parametrize("n,c,k,hw,mode,channels_last", [
     (8, 5, 16, 64, "bf16", True),
     (4, 12, 32, 100, "bf16", False),
     (8, 4, 96, 100, "tf32", False),
+    (8, 4, 96, 100, "fp32", False),
     (2, 20, 64, 67, "bf16", False),
 ])
 def test_input_grad_timed_against_cudnn(n, c, k, hw, mode, channels_last):
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("alexop's tensor-core kernels need sm_80")
-    dtype, bound = (torch.bfloat16, REL_L2[torch.bfloat16]) if mode == "bf16" else (torch.float32, 1e-3)
+    dtype, bound = TIMED_MODES[mode]
     x, wt, b = make_inputs(n, c, k, hw, hw, dtype=dtype, device="cuda", seed=c)
     side = (hw + 4 - 11) // 4 + 1
     grad = torch.randn(n, k, side, side, device="cuda").to(dtype)

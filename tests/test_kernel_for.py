@@ -554,22 +554,22 @@ def test_named_gpu_agrees_with_this_gpu(gpu, shape, dtype, mode, channels_last):
     assert _named(NAMED[gpu], *shape, dtype, mode, channels_last) == _names(*shape, dtype, mode, channels_last)
 
 
-# The weight gradient's two timed choices by name: at 4-16 channels in TF32 and 16-bit both, the
-# guess first, on every GPU with alexop's kernels; one name where nothing is timed (3 or 17
-# channels, full fp32). (gpu, N, C_in, C_out, side, dtype, precision, channels_last) -> name.
+# The weight gradient's two timed choices by name: at 4-16 channels both, the guess first, on
+# every GPU with alexop's kernels; one name where nothing is timed (3 or 17 channels).
+# (gpu, N, C_in, C_out, side, dtype, precision, channels_last) -> name.
 TIMED_WEIGHT_GRAD_NAMES = [
     (("h100", 16, 8, 64, 126, torch.bfloat16, "highest", True), "slice3x3+wgrad_gmma_bf16_c64|wgrad_cudnn"),
     (("h100", 8, 12, 96, 224, torch.bfloat16, "highest", False), "wgrad_cudnn|slice3x4+wgrad_gmma_bf16_c96_vec"),
     (("a100", 8, 12, 96, 224, torch.bfloat16, "highest", False), "wgrad_cudnn|slice3x4+wgrad_mma_bf16_pairs_c96"),
     (("h100", 8, 5, 96, 100, torch.float32, "medium", False), "slice3x2+wgrad_gmma_tf32_c96_vec|wgrad_cudnn"),
     (("h100", 4, 7, 64, 127, torch.bfloat16, "highest", False), "wgrad_cudnn|slice3x3+widen+wgrad_gmma_bf16_c64_vec"),
-    (("h100", 8, 5, 96, 100, torch.float32, "highest", False), "slice3x2+wgrad_gmma_3xfp16_c96_vec"),
+    (("h100", 8, 5, 96, 100, torch.float32, "highest", False), "slice3x2+wgrad_gmma_3xfp16_c96_vec|wgrad_cudnn"),
     (("h100", 8, 3, 96, 224, torch.bfloat16, "highest", False), "wgrad_gmma_bf16_c96_vec"),
     (("h100", 8, 17, 96, 224, torch.bfloat16, "highest", False), "wgrad_cudnn"),
 ]
 
 
-# The input gradient's two timed choices by name: more than 3 channels in TF32 and 16-bit, alexop's
+# The input gradient's two timed choices by name: more than 3 channels, alexop's
 # own (slices of 3, else the cuBLAS GEMM + fold) and cuDNN, the guess first.
 TIMED_INPUT_GRAD_NAMES = [
     (("h100", 8, 5, 16, 100, torch.bfloat16, "highest", True), "slice3x2+dgrad_gmma_bf16|dgrad_cudnn"),
@@ -577,7 +577,7 @@ TIMED_INPUT_GRAD_NAMES = [
     (("h100", 8, 4, 96, 100, torch.float32, "medium", False), "dgrad_cudnn|slice3x2+dgrad_mma_tf32"),
     (("a100", 8, 4, 96, 100, torch.float32, "medium", False), "dgrad_cudnn|dgrad_cublas_fold"),
     (("h100", 2, 20, 64, 67, torch.bfloat16, "highest", False), "dgrad_cublas_fold|dgrad_cudnn"),
-    (("h100", 8, 4, 96, 100, torch.float32, "highest", False), "slice3x2+dgrad_gmma_3xfp16"),
+    (("h100", 8, 4, 96, 100, torch.float32, "highest", False), "slice3x2+dgrad_gmma_3xfp16|dgrad_cudnn"),
     (("h100", 8, 3, 96, 224, torch.bfloat16, "highest", False), "dgrad_gmma_bf16"),
 ]
 

@@ -15,7 +15,7 @@
 // bf16 / fp16:
 // 10. wgmma                                 -> gmma 16-bit
 // 11.                                       -> mma.sync 16-bit, else generic
-// More than 3 channels in TF32 or 16-bit, the choice above is a guess: the op
+// More than 3 channels, the choice above is a guess: the op
 // times alexop's own (own: slices of 3, else the GEMM + fold) against cuDNN
 // on each problem's first call (timed).
 
@@ -121,8 +121,7 @@ std::string name(const Choice& c) {
 }
 
 bool timed(const Problem& p) {
-  return p.C > kC && p.N * p.H * p.W > 0 && p.dtype != ScalarType::Double && tensor_core_kernels(p.dev) &&
-         !(p.dtype == ScalarType::Float && p.math == Fp32Math::kAccurate);
+  return p.C > kC && p.N * p.H * p.W > 0 && p.dtype != ScalarType::Double && tensor_core_kernels(p.dev);
 }
 
 Choice own(const Problem& p, const Choice& guess) {

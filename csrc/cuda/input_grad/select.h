@@ -32,7 +32,7 @@ struct Choice {
 
 Choice select(const Problem& p);
 
-// More than 3 channels in TF32 or 16-bit: whether alexop's kernels (slices
+// More than 3 channels: whether alexop's kernels (slices
 // of 3, or the cuBLAS GEMM + fold) or cuDNN is the faster has no rule (its
 // speed jumps with the filter count), so the op times both on a problem's
 // first call (common/timed.h); own(p, guess) is alexop's choice there,

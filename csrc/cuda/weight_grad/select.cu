@@ -20,7 +20,7 @@
 // 13.                                       -> mma.sync, register-staged, any strides
 // The wgmma kernel copies input rows by 16 bytes (vec) where vec_ok, else by
 // 4 (one fp32 element or a 16-bit pair).
-// At 4-16 channels in TF32 and 16-bit, rule 4's choice is a guess: the op
+// At 4-16 channels, rule 4's choice is a guess: the op
 // times the slices (sliced) against cuDNN on each problem's first call
 // (slices_timed, common/timed.h).
 
@@ -210,7 +210,7 @@ Choice choose(const Problem& p, bool timed) {
 Choice select(const Problem& p) { return choose(p, false); }
 
 bool slices_timed(const Problem& p) {
-  return p.C > kC && p.C <= kMaxSlicedChannels && p.dtype != ScalarType::Double && !cudnn_fp32(p);
+  return p.C > kC && p.C <= kMaxSlicedChannels && p.dtype != ScalarType::Double;
 }
 
 Choice sliced(const Problem& p) { return choose(p, true); }

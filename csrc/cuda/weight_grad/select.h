@@ -53,7 +53,7 @@ inline int64_t filter_width(int64_t filters) { return filters <= 64 ? 64 : 96; }
 
 Choice select(const Problem& p);
 
-// 4-16 channels in TF32 or 16-bit: whether slices of 3 pay against cuDNN
+// 4-16 channels: whether slices of 3 pay against cuDNN
 // (select's many_channels_pay) is a guess, and the op times both on a
 // problem's first call (common/timed.h). sliced(p) is select(p) with slices
 // wherever the kernels take them: kCudnn where they cannot.
