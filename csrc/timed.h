@@ -22,6 +22,7 @@ enum class Decision : int64_t {
   kWeightGradLayout,
   kWeightGradKernel,  // CUDA: alexop's weight-gradient slices or cuDNN
   kInputGradKernel,   // CUDA: alexop's input gradient or cuDNN
+  kForwardKernel,     // CUDA: alexop's forward or cuDNN
   kCpuForward,        // CPU: alexop's kernels or ATen's convolution
   kCpuInputGrad,
   kCpuWeightGrad,

@@ -411,7 +411,7 @@ def _names(n, c, k, h, w, p, dtype, precision, channels_last=False):
 @pytest.mark.parametrize("case", list(EXPECTED), ids=lambda c: f"{str(c[0])[6:]}-{c[1]}")
 def test_alexnet_selection(case, gpu):
     dtype, precision = case
-    assert _names(*ALEXNET, dtype, precision) == dict(zip(KEYS, EXPECTED[case][gpu]))
+    assert guesses(_names(*ALEXNET, dtype, precision)) == dict(zip(KEYS, EXPECTED[case][gpu]))
 
 
 @needs_cuda
@@ -419,15 +419,16 @@ def test_hopper_channels_last_and_small_batch(gpu):
     if gpu != 0:
         pytest.skip("sm_90 expectations")
     # 16-bit channels_last: the weight gradient transposes the input first
-    assert _names(*ALEXNET, torch.bfloat16, "highest", channels_last=True) == {
+    assert guesses(_names(*ALEXNET, torch.bfloat16, "highest", channels_last=True)) == {
         "forward": "fwd_planes_bf16_c96",
         "weight_grad": "nhwc3_to_nchw+wgrad_planes_bf16_c96",
         "input_grad": "dgrad_gmma_bf16",
     }
     # fp32 channels_last rows are not 16-byte copies
-    assert _names(*ALEXNET, torch.float32, "highest", channels_last=True)["weight_grad"] == "wgrad_gmma_3xfp16_c96"
+    names = guesses(_names(*ALEXNET, torch.float32, "highest", channels_last=True))
+    assert names["weight_grad"] == "wgrad_gmma_3xfp16_c96"
     # one image: too few tiles for 3xFP16; 3xTF32 in channel groups of 16
-    assert _names(1, 3, 96, 224, 224, 2, torch.float32, "highest")["forward"] == "fwd_mma_3xtf32_split_g16"
+    assert guesses(_names(1, 3, 96, 224, 224, 2, torch.float32, "highest"))["forward"] == "fwd_mma_3xtf32_split_g16"
 
 
 @needs_cuda
@@ -496,7 +497,7 @@ def test_odd_width_weight_grad_widened_by_name(gpu, c, hw, p):
     names = _named(gpu, 64, c, 96, hw, hw, p, torch.bfloat16, "highest")
     assert "widen+" in names["weight_grad"] and "strided" not in names["weight_grad"], names
     if gpu == "h100" and (hw, p) == (227, 0):
-        assert names["weight_grad"] == f"widen+wgrad_planes_bf16{'' if c == 3 else f'_{c}ch'}_c96", names
+        assert guesses(names)["weight_grad"] == f"widen+wgrad_planes_bf16{'' if c == 3 else f'_{c}ch'}_c96", names
 
 
 @named_gpus
@@ -511,14 +512,14 @@ def test_three_channel_forwards_run_alexop_kernels_by_name(dtype, mode, bound):
 @pytest.mark.parametrize("case", list(EXPECTED), ids=lambda c: f"{str(c[0])[6:]}-{c[1]}")
 def test_alexnet_selection_by_name(case, column):
     dtype, mode = case
-    assert _named(NAMED[column], *ALEXNET, dtype, mode) == dict(zip(KEYS, EXPECTED[case][column]))
+    assert guesses(_named(NAMED[column], *ALEXNET, dtype, mode)) == dict(zip(KEYS, EXPECTED[case][column]))
 
 
 @named_gpus
 @pytest.mark.parametrize("c,k,mode,channels_last,want", HOPPER_CHUNK_CHOICES)
 def test_chunk_kernel_choices_by_name(c, k, mode, channels_last, want):
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
-    assert _named("h100", 64, c, k, 224, 224, 2, dtype, "medium", channels_last)["forward"] == want
+    assert guesses(_named("h100", 64, c, k, 224, 224, 2, dtype, "medium", channels_last))["forward"] == want
 
 
 @named_gpus
@@ -554,8 +555,9 @@ def test_named_gpu_agrees_with_this_gpu(gpu, shape, dtype, mode, channels_last):
     assert _named(NAMED[gpu], *shape, dtype, mode, channels_last) == _names(*shape, dtype, mode, channels_last)
 
 
-# The weight gradient's two timed choices by name: at 4-16 channels both, the guess first, on
-# every GPU with alexop's kernels; one name where nothing is timed (3 or 17 channels).
+# The weight gradient's two timed choices by name: at 1-16 channels both, the guess first, on
+# every GPU with alexop's kernels; one name where nothing is timed (17 channels, float64) or
+# where alexop has no kernel for the problem (one small image of 16 filters).
 # (gpu, N, C_in, C_out, side, dtype, precision, channels_last) -> name.
 TIMED_WEIGHT_GRAD_NAMES = [
     (("h100", 16, 8, 64, 126, torch.bfloat16, "highest", True), "slice3x3+wgrad_gmma_bf16_c64|wgrad_cudnn"),
@@ -564,13 +566,21 @@ TIMED_WEIGHT_GRAD_NAMES = [
     (("h100", 8, 5, 96, 100, torch.float32, "medium", False), "slice3x2+wgrad_gmma_tf32_c96_vec|wgrad_cudnn"),
     (("h100", 4, 7, 64, 127, torch.bfloat16, "highest", False), "wgrad_cudnn|slice3x3+widen+wgrad_gmma_bf16_c64_vec"),
     (("h100", 8, 5, 96, 100, torch.float32, "highest", False), "slice3x2+wgrad_gmma_3xfp16_c96_vec|wgrad_cudnn"),
-    (("h100", 8, 3, 96, 224, torch.bfloat16, "highest", False), "wgrad_gmma_bf16_c96_vec"),
+    (("h100", 8, 3, 96, 224, torch.bfloat16, "highest", False), "wgrad_gmma_bf16_c96_vec|wgrad_cudnn"),
+    (("h100", 4, 1, 64, 224, torch.bfloat16, "highest", False), "pad3+wgrad_gmma_bf16_c64_vec|wgrad_cudnn"),
+    # cuDNN's full-fp32 kernels guessed at 1-2 channels beyond 96 filters; timed against slices
+    (("h100", 8, 1, 128, 224, torch.float32, "highest", False),
+     "wgrad_cudnn|pad3+kslice96x2+wgrad_gmma_3xfp16_c96_vec"),
+    (("a100", 8, 1, 128, 224, torch.float32, "highest", False), "wgrad_cudnn|pad3+kslice96x2+wgrad_mma_3xtf32_c96"),
     (("h100", 8, 17, 96, 224, torch.bfloat16, "highest", False), "wgrad_cudnn"),
+    (("h100", 8, 3, 96, 224, torch.float64, "highest", False), "wgrad_generic"),
+    (("h100", 1, 3, 16, 63, torch.float32, "highest", False), "wgrad_cudnn"),
 ]
 
 
-# The input gradient's two timed choices by name: more than 3 channels, alexop's
-# own (slices of 3, else the cuBLAS GEMM + fold) and cuDNN, the guess first.
+# The input gradient's two timed choices by name: alexop's own (its choice, or where that is
+# cuDNN, slices of 3, else the cuBLAS GEMM + fold) and cuDNN, the guess first; up to 3 channels
+# only where the guess is alexop's (one 3-channel image: cuDNN, untimed).
 TIMED_INPUT_GRAD_NAMES = [
     (("h100", 8, 5, 16, 100, torch.bfloat16, "highest", True), "slice3x2+dgrad_gmma_bf16|dgrad_cudnn"),
     (("h100", 4, 12, 32, 100, torch.bfloat16, "highest", False), "dgrad_cublas_fold|dgrad_cudnn"),
@@ -578,12 +588,31 @@ TIMED_INPUT_GRAD_NAMES = [
     (("a100", 8, 4, 96, 100, torch.float32, "medium", False), "dgrad_cudnn|dgrad_cublas_fold"),
     (("h100", 2, 20, 64, 67, torch.bfloat16, "highest", False), "dgrad_cublas_fold|dgrad_cudnn"),
     (("h100", 8, 4, 96, 100, torch.float32, "highest", False), "slice3x2+dgrad_gmma_3xfp16|dgrad_cudnn"),
-    (("h100", 8, 3, 96, 224, torch.bfloat16, "highest", False), "dgrad_gmma_bf16"),
+    (("h100", 8, 3, 96, 224, torch.bfloat16, "highest", False), "dgrad_gmma_bf16|dgrad_cudnn"),
+    (("h100", 4, 1, 64, 224, torch.bfloat16, "highest", False), "pad3+dgrad_gmma_bf16|dgrad_cudnn"),
+    (("h100", 1, 3, 96, 224, torch.float32, "highest", False), "dgrad_cudnn"),
+    (("h100", 8, 3, 96, 224, torch.float64, "highest", False), "dgrad_cublas_fold"),
+]
+
+
+# The forward's timed choices by name: every tensor-core guess is timed against cuDNN, the guess
+# first; one name where cuDNN is the guess (17 channels; 8 channels of 192 filters on an A100),
+# for float64 (the reference kernel) and for an empty batch.
+TIMED_FORWARD_NAMES = [
+    (("h100", 256, 3, 96, 224, torch.bfloat16, "highest", False), "fwd_planes_bf16_c96|fwd_cudnn"),
+    (("a100", 256, 3, 96, 224, torch.float32, "highest", False), "fwd_mma_3xtf32_split_g48|fwd_cudnn"),
+    (("h100", 1, 3, 96, 224, torch.float32, "high", False), "fwd_mma_bf16x3_split_g16|fwd_cudnn"),
+    (("h100", 1, 8, 192, 224, torch.bfloat16, "highest", True), "nchw+fwd_gmma_chunks_bf16_split_g128|fwd_cudnn"),
+    (("a100", 1, 8, 192, 224, torch.bfloat16, "highest", True), "fwd_cudnn"),
+    (("h100", 3, 17, 32, 71, torch.float32, "highest", False), "fwd_cudnn"),
+    (("h100", 2, 3, 96, 64, torch.float64, "highest", False), "fwd_generic"),
+    (("h100", 0, 3, 96, 64, torch.float32, "highest", False), "none"),
 ]
 
 
 @named_gpus
-@pytest.mark.parametrize("op,case,want", [("weight_grad", *t) for t in TIMED_WEIGHT_GRAD_NAMES] +
+@pytest.mark.parametrize("op,case,want", [("forward", *t) for t in TIMED_FORWARD_NAMES] +
+                         [("weight_grad", *t) for t in TIMED_WEIGHT_GRAD_NAMES] +
                          [("input_grad", *t) for t in TIMED_INPUT_GRAD_NAMES], ids=lambda v: str(v))
 def test_timed_choices_by_name(op, case, want):
     gpu, n, c, k, side, dtype, mode, channels_last = case

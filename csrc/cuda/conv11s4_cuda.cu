@@ -283,11 +283,31 @@ cuda::weight_grad::Problem weight_grad_problem_of(
       grad_output_align, prep == cuda::weight_grad::InputPrep::kTranspose);
 }
 
+// The forward on alexop's kernels, as choice says (a tensor-core one): x
+// and w as the kernels take them (dense_input, contiguous), b the bias or
+// nullptr; the output in format.
+at::Tensor forward_alexop(
+    const cuda::forward::Choice& choice, const cuda::forward::Problem& p,
+    const at::Tensor& x, const at::Tensor& w, const at::Tensor* b,
+    at::IntArrayRef out_size, at::MemoryFormat format) {
+  auto output = at::empty(
+      out_size, x.options().memory_format(kernel_output_format(choice, format)));
+  if (choice.slices > 0) {
+    forward_slices(x, w, b, p.pad, choice.slices, output);
+  } else if (choice.kernel == cuda::forward::Kernel::kGmmaChunks) {
+    forward_chunks(choice, p, x, w, b, output);
+  } else {
+    cuda::forward::launch(choice, p, {x, w, b, output});
+  }
+  return cuda::relayout(output, format);
+}
+
 at::Tensor conv11s4_cuda(
     const at::Tensor& input,
     const at::Tensor& weight,
     const std::optional<at::Tensor>& bias_opt,
     int64_t padding) {
+  namespace fw = cuda::forward;
   const auto size = check_conv11s4(input, weight, bias_opt, padding);
   check_dtype("alexop.conv11s4", input, kCudaTypes, "CUDA");
   const c10::cuda::CUDAGuard guard(input.device());
@@ -295,29 +315,34 @@ at::Tensor conv11s4_cuda(
   const auto w = weight.contiguous();
   const auto p = forward_problem(
       cuda::device(x.get_device()), x, w, padding, operand(x), kFresh.align);
-  const auto choice = cuda::forward::select(p);
+  const auto choice = fw::select(p);
   const auto format = output_memory_format(input, weight);
-  if (choice.kernel == cuda::forward::Kernel::kCudnn) {
-    return cuda::conv11s4_cudnn(
-        input, weight, bias_opt, padding, cudnn_tf32(), format);
-  }
   const int64_t out_size[] = {size[0].expect_int(), size[1].expect_int(),
                               size[2].expect_int(), size[3].expect_int()};
-  if (choice.kernel == cuda::forward::Kernel::kNone) {
-    return at::empty(out_size, input.options().memory_format(format));
-  }
-  auto output = at::empty(
-      out_size, input.options().memory_format(kernel_output_format(choice, format)));
   const bool has_bias = bias_opt.has_value() && bias_opt->defined();
   const auto b = has_bias ? bias_opt->contiguous() : at::Tensor();
-  if (choice.slices > 0) {
-    forward_slices(x, w, has_bias ? &b : nullptr, padding, choice.slices, output);
-  } else if (choice.kernel == cuda::forward::Kernel::kGmmaChunks) {
-    forward_chunks(choice, p, x, w, has_bias ? &b : nullptr, output);
-  } else {
-    cuda::forward::launch(choice, p, {x, w, has_bias ? &b : nullptr, output});
+  const auto cudnn = [&](bool tf32) {
+    return cuda::conv11s4_cudnn(input, weight, bias_opt, padding, tf32, format);
+  };
+  const auto mine = [&] {
+    return forward_alexop(choice, p, x, w, has_bias ? &b : nullptr, out_size, format);
+  };
+  if (fw::timed(choice)) {
+    // cuDNN as accurate as the kernel it may replace: TF32 only under
+    // "medium" (under "high" alexop's forward is fp32-accurate)
+    const bool tf32 = fp32_math() == cuda::Fp32Math::kTf32;
+    const auto key = cuda::timed_key(
+        Decision::kForwardKernel, input, input.sizes(), w.size(0), padding,
+        (int64_t)fp32_math(), has_bias, format);
+    if (cuda::fastest(key, 0, {[&] { mine(); }, [&] { cudnn(tf32); }}) == 1) {
+      return cudnn(tf32);
+    }
   }
-  return cuda::relayout(output, format);
+  if (choice.kernel == fw::Kernel::kCudnn) return cudnn(cudnn_tf32());
+  if (choice.kernel == fw::Kernel::kNone) {
+    return at::empty(out_size, input.options().memory_format(format));
+  }
+  return mine();
 }
 
 // The input gradient on alexop's kernels, as choice says (not kCudnn).
@@ -378,7 +403,7 @@ at::Tensor conv11s4_backward_input_cuda(
     return cuda::conv11s4_backward_input_cudnn(
         grad_output, weight, input_size, padding, cudnn_tf32(), format);
   };
-  if (ig::timed(p)) {
+  if (ig::timed(p, choice)) {
     const auto mine = ig::own(p, choice);
     const auto key = cuda::timed_key(
         Decision::kInputGradKernel, grad_output, input_size, weight.size(0),
@@ -500,18 +525,18 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
     return cuda::conv11s4_backward_weight_cudnn(
         grad_output, input, K, padding, bias_grad, cudnn_tf32());
   };
-  if (wg::slices_timed(problem)) {
-    // sliced differs from select only where select gives cuDNN
-    const auto slices = choice.kernel == wg::Kernel::kCudnn ? wg::sliced(problem) : choice;
-    if (slices.kernel != wg::Kernel::kCudnn) {
+  if (wg::timed(problem)) {
+    // own differs from select only where select gives cuDNN
+    const auto mine = choice.kernel == wg::Kernel::kCudnn ? wg::own(problem) : choice;
+    if (mine.kernel != wg::Kernel::kCudnn) {
       const auto key = cuda::timed_key(
           Decision::kWeightGradKernel, input, input.sizes(), K, padding,
           cudnn_tf32(), bias_grad, grad_output.suggest_memory_format());
       const int guess = choice.kernel == wg::Kernel::kCudnn;
-      const bool on_slices = cuda::fastest(key, guess, {
-          [&] { weight_grad_alexop(slices, grad_output, input, K, padding, bias_grad, prep); },
+      const bool on_mine = cuda::fastest(key, guess, {
+          [&] { weight_grad_alexop(mine, grad_output, input, K, padding, bias_grad, prep); },
           [&] { cudnn(); }}) == 0;
-      choice = on_slices ? slices : wg::Choice{wg::Kernel::kCudnn};
+      choice = on_mine ? mine : wg::Choice{wg::Kernel::kCudnn};
     }
   }
   if (choice.kernel == wg::Kernel::kCudnn) return cudnn();
@@ -533,7 +558,7 @@ std::vector<std::string> kernel_names(
   const cuda::input_grad::Problem dgrad{
       problem_base(dev, input, input.sizes(), weight.size(0), padding)};
   return {
-      cuda::forward::name(cuda::forward::select(fwd)),
+      cuda::forward::timed_name(fwd),
       cuda::weight_grad::timed_name(wgrad),
       cuda::input_grad::timed_name(dgrad)};
 }

@@ -76,8 +76,8 @@ std::vector<double> best_times(const std::vector<std::function<void()>>& runs) {
 }  // namespace
 
 TimedKey timed_key(Decision op, const at::Tensor& x, at::IntArrayRef size, int64_t K, int64_t padding,
-                   bool allow_tf32, bool bias, at::MemoryFormat format) {
-  return {(int64_t)op, x.get_device(), (int64_t)x.scalar_type(), allow_tf32,
+                   int64_t precision, bool bias, at::MemoryFormat format) {
+  return {(int64_t)op, x.get_device(), (int64_t)x.scalar_type(), precision,
           size[0],     size[1],        size[2],                   size[3],
           K,           padding,        (int64_t)x.suggest_memory_format(), (int64_t)format * 2 + bias};
 }

@@ -15,11 +15,12 @@
 namespace alexop::cuda {
 
 // A problem's key: the decision; the device and dtype of x (the operand the
-// op reads, as given); the precision; the input's sizes, the filter count
-// and the padding; x's layout, and the result's layout with whether a bias
-// (gradient) is made.
+// op reads, as given); the precision (whether cuDNN may use TF32, or for the
+// forward's kernel alexop's float32 math); the input's sizes, the filter
+// count and the padding; x's layout, and the result's layout with whether a
+// bias (gradient) is made.
 TimedKey timed_key(Decision op, const at::Tensor& x, at::IntArrayRef size, int64_t K, int64_t padding,
-                   bool allow_tf32, bool bias, at::MemoryFormat format);
+                   int64_t precision, bool bias, at::MemoryFormat format);
 
 // The index in runs of the fastest, each run the whole op in one way
 // (timed_choice: the guess where timing is not allowed or fails).

@@ -34,6 +34,8 @@
 // 17. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
 // 18. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
 // 19. otherwise                                     -> mma.sync, groups of 64 | 96 | 128 (else cudnn)
+// A tensor-core choice is a guess: the op times it against cuDNN on each
+// problem's first call (timed, common/timed.h).
 
 #include "select.h"
 
@@ -321,8 +323,22 @@ Choice select(const Problem& p) {
   return p.dtype == ScalarType::Float ? select_fp32(p) : select_16(p);
 }
 
-bool any_output_layout(const Choice& c) {
+namespace {
+
+// One of alexop's tensor-core kernels (none, the reference or cuDNN).
+bool tensor_core(const Choice& c) {
   return c.kernel != Kernel::kNone && c.kernel != Kernel::kGeneric && c.kernel != Kernel::kCudnn;
+}
+
+}  // namespace
+
+bool any_output_layout(const Choice& c) { return tensor_core(c); }
+
+bool timed(const Choice& c) { return tensor_core(c); }
+
+std::string timed_name(const Problem& p) {
+  const Choice guess = select(p);
+  return timed(guess) ? name(guess) + "|" + kKernelNames[(int)Kernel::kCudnn] : name(guess);
 }
 
 std::string name(const Choice& c) {

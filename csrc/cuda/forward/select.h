@@ -53,9 +53,19 @@ Choice select(const Problem& p);
 // channels_last (every tensor-core kernel); the reference kernel writes NCHW.
 bool any_output_layout(const Choice& c);
 
+// Whether the op times choice c against cuDNN on a problem's first call
+// (common/timed.h) and keeps the faster: every tensor-core choice. The rules
+// were measured on Hopper at a few batch sizes; another GPU, or a problem as
+// small as one image (few tiles, launches that cost more than the math),
+// can turn them.
+bool timed(const Choice& c);
+
 // e.g. "fwd_planes_bf16_c96", "fwd_planes_bf16_1ch_c96", "fwd_mma_3xtf32_split_g16", "pad3+fwd_s2d_bf16_c64" (one
 // slice), "slice3x2+fwd_s2d_bf16_c96" (two), "fwd_gmma_chunks_tf32_c64",
 // "nchw+fwd_gmma_chunks_bf16_c96", "fwd_cudnn", "fwd_generic"
 std::string name(const Choice& c);
+
+// select's name, and where timed "|fwd_cudnn": the guess first
+std::string timed_name(const Problem& p);
 
 }  // namespace alexop::cuda::forward

@@ -15,9 +15,10 @@
 // bf16 / fp16:
 // 10. wgmma                                 -> gmma 16-bit
 // 11.                                       -> mma.sync 16-bit, else generic
-// More than 3 channels, the choice above is a guess: the op
-// times alexop's own (own: slices of 3, else the GEMM + fold) against cuDNN
-// on each problem's first call (timed).
+// float32 and 16-bit on alexop's architectures, the choice above is a guess:
+// the op times alexop's own (own: the choice, or where it is cuDNN, slices
+// of 3, else the GEMM + fold) against cuDNN on each problem's first call
+// (timed); up to 3 channels only where the guess is alexop's.
 
 #include "select.h"
 
@@ -120,8 +121,9 @@ std::string name(const Choice& c) {
          (c.mode == k16 ? (c.dtype == ScalarType::Half ? "fp16" : "bf16") : kModeNames[c.mode]);
 }
 
-bool timed(const Problem& p) {
-  return p.C > kC && p.N * p.H * p.W > 0 && p.dtype != ScalarType::Double && tensor_core_kernels(p.dev);
+bool timed(const Problem& p, const Choice& guess) {
+  return p.N * p.H * p.W > 0 && p.dtype != ScalarType::Double && tensor_core_kernels(p.dev) &&
+         (p.C > kC || guess.kernel != Kernel::kCudnn);
 }
 
 Choice own(const Problem& p, const Choice& guess) {
@@ -135,7 +137,7 @@ Choice own(const Problem& p, const Choice& guess) {
 
 std::string timed_name(const Problem& p) {
   const auto guess = select(p);
-  if (!timed(p)) return name(guess);
+  if (!timed(p, guess)) return name(guess);
   const auto other = guess.kernel == Kernel::kCudnn ? own(p, guess) : make(Kernel::kCudnn, p, k16);
   return name(guess) + "|" + name(other);
 }

@@ -32,12 +32,15 @@ struct Choice {
 
 Choice select(const Problem& p);
 
-// More than 3 channels: whether alexop's kernels (slices
-// of 3, or the cuBLAS GEMM + fold) or cuDNN is the faster has no rule (its
-// speed jumps with the filter count), so the op times both on a problem's
-// first call (common/timed.h); own(p, guess) is alexop's choice there,
-// guess being select(p).
-bool timed(const Problem& p);
+// Whether alexop's kernels or cuDNN is the faster has no rule (cuDNN's speed
+// jumps with the filter count; one small image leaves alexop's tiles few;
+// rules measured on one GPU need not hold on another), so the op times both
+// on a problem's first call (common/timed.h), guess being select(p): float32
+// and 16-bit on alexop's architectures, up to 3 channels where the guess is
+// alexop's, beyond that whatever it is. own(p, guess) is alexop's choice
+// there: the guess, or where it is cuDNN, slices of 3, else the cuBLAS GEMM
+// + fold.
+bool timed(const Problem& p, const Choice& guess);
 Choice own(const Problem& p, const Choice& guess);
 
 // e.g. "dgrad_gmma_bf16", "dgrad_mma_3xtf32", "pad3+dgrad_gmma_3xfp16",

@@ -20,9 +20,9 @@
 // 13.                                       -> mma.sync, register-staged, any strides
 // The wgmma kernel copies input rows by 16 bytes (vec) where vec_ok, else by
 // 4 (one fp32 element or a 16-bit pair).
-// At 4-16 channels, rule 4's choice is a guess: the op
-// times the slices (sliced) against cuDNN on each problem's first call
-// (slices_timed, common/timed.h).
+// Up to 16 channels, the choice is a guess: the op times alexop's (own, with
+// rules 2 and 4 taking slices wherever the kernels do) against cuDNN on each
+// problem's first call (timed, common/timed.h).
 
 #include "select.h"
 
@@ -128,10 +128,11 @@ bool input_slices_pay(const Problem& p, bool timed) {
 
 // Slices of up to 96 filters: with 3 channels always, beside input slices
 // of more as many_channels_pay decided, and for 1 or 2 channels only where
-// cuDNN's kernel is not full fp32 (its fp32 ones are quick there).
-bool filter_slices_pay(const Problem& p) {
+// cuDNN's kernel is not full fp32 (its fp32 ones are quick there), or where
+// timed.
+bool filter_slices_pay(const Problem& p, bool timed) {
   if (p.K < 1 || p.K > kMaxFilters) return false;
-  return p.C >= kC || !cudnn_fp32(p);
+  return p.C >= kC || timed || !cudnn_fp32(p);
 }
 
 Choice make(Kernel k, const Problem& p, MathMode mode) {
@@ -173,7 +174,7 @@ Choice choose(const Problem& p, bool timed) {
   c.kernel = Kernel::kCudnn;
   Problem q = p;
   if (p.K != 64 && p.K != 96) {
-    if (!filter_slices_pay(p)) return c;
+    if (!filter_slices_pay(p, timed)) return c;
     q.K = filter_width(std::min(p.K, kFilterSlice));
     q.grad_output_align = 16;  // each slice a fresh copy
   }
@@ -209,11 +210,11 @@ Choice choose(const Problem& p, bool timed) {
 
 Choice select(const Problem& p) { return choose(p, false); }
 
-bool slices_timed(const Problem& p) {
-  return p.C > kC && p.C <= kMaxSlicedChannels && p.dtype != ScalarType::Double;
+bool timed(const Problem& p) {
+  return p.C >= 1 && p.C <= kMaxSlicedChannels && p.dtype != ScalarType::Double;
 }
 
-Choice sliced(const Problem& p) { return choose(p, true); }
+Choice own(const Problem& p) { return choose(p, true); }
 
 std::string name(const Choice& c) {
   if (c.kernel == Kernel::kGeneric || c.kernel == Kernel::kCudnn) return kKernelNames[(int)c.kernel];
@@ -232,8 +233,8 @@ std::string name(const Choice& c) {
 
 std::string timed_name(const Problem& p) {
   const auto guess = select(p);
-  if (!slices_timed(p)) return name(guess);
-  const auto other = guess.kernel == Kernel::kCudnn ? sliced(p) : Choice{Kernel::kCudnn};
+  if (!timed(p)) return name(guess);
+  const auto other = guess.kernel == Kernel::kCudnn ? own(p) : Choice{Kernel::kCudnn};
   return other.kernel == guess.kernel ? name(guess) : name(guess) + "|" + name(other);
 }
 

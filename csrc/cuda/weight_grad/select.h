@@ -53,12 +53,14 @@ inline int64_t filter_width(int64_t filters) { return filters <= 64 ? 64 : 96; }
 
 Choice select(const Problem& p);
 
-// 4-16 channels: whether slices of 3 pay against cuDNN
-// (select's many_channels_pay) is a guess, and the op times both on a
-// problem's first call (common/timed.h). sliced(p) is select(p) with slices
+// Up to 16 channels, float32 or 16-bit: select's rules (many_channels_pay,
+// filter_slices_pay) are a guess, and the op times alexop's kernels against
+// cuDNN on a problem's first call (common/timed.h): cuDNN's weight gradients
+// are fast or slow by shape in ways no rule follows, and a problem as small
+// as one image leaves alexop's tiles few. own(p) is select(p) with slices
 // wherever the kernels take them: kCudnn where they cannot.
-bool slices_timed(const Problem& p);
-Choice sliced(const Problem& p);
+bool timed(const Problem& p);
+Choice own(const Problem& p);
 
 // e.g. "wgrad_planes_bf16_c96", "wgrad_planes_bf16_1ch_c64", "wgrad_gmma_3xfp16_c96_vec",
 // "nhwc3_to_nchw+wgrad_planes_bf16_c96", "pad3+wgrad_mma_3xtf32_c64",
@@ -67,8 +69,8 @@ Choice sliced(const Problem& p);
 // "wgrad_generic"
 std::string name(const Choice& c);
 
-// select's name, and where slices_timed, "|" and the other choice's: the
-// guess first ("slice3x3+wgrad_gmma_bf16_c64|wgrad_cudnn")
+// select's name, and where timed, "|" and the other choice's: the guess
+// first ("slice3x3+wgrad_gmma_bf16_c64|wgrad_cudnn")
 std::string timed_name(const Problem& p);
 
 // The phase-plane kernel's fit (plan.cu): built for p.C (1 to 3), its
