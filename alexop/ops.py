@@ -84,9 +84,10 @@ def kernel_for(input: Tensor, weight: Tensor, padding: int = 2) -> dict[str, str
         over chunks of them;
         ``"nchw+"`` before it: a channels_last input copied to NCHW first),
         ``"fwd_cudnn"`` (cuDNN, in the memory layout its first call timed
-        faster), ``"wgrad_cudnn|slice3x4+wgrad_gmma_bf16_c96"`` (two
-        choices: the first call of each problem times both and the process
-        keeps the faster; the first runs untimed: under
+        faster), ``"fwd_planes_bf16_c96|fwd_cudnn"`` or
+        ``"wgrad_cudnn|slice3x4+wgrad_gmma_bf16_c96"`` (two choices, the
+        guess first: the first call of each problem times both and the
+        process keeps the faster; the first runs untimed: under
         ``torch.backends.cudnn.deterministic`` or
         ``torch.use_deterministic_algorithms``, and in a CUDA graph capture of
         a problem no call has timed)
