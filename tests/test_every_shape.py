@@ -65,10 +65,11 @@ SHAPES = [
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype,mode,bound", MODES)
 def test_forward_and_gradients_match_float64(shape, dtype, mode, bound):
+    """Each shape's guesses, untimed (the kernels kernel_for names first), give float64's results."""
     n, c, k, h, w, p = shape
     x, wt, b = make_inputs(n, c, k, h, w, dtype=dtype, device="cuda", seed=c * 1000 + k)
     grad = torch.randn(n, k, (h + 2 * p - 11) // 4 + 1, (w + 2 * p - 11) // 4 + 1, device="cuda").to(dtype)
-    with precision(mode):
+    with precision(mode), untimed():
         y = alexop.conv11s4(x, wt, b, p)
         gx = torch.ops.alexop.conv11s4_backward_input(grad, wt, list(x.shape), p)
         gw, gb = torch.ops.alexop.conv11s4_backward_weight(grad, x, p, True)
@@ -415,12 +416,12 @@ def test_forward_timed_against_cudnn(n, c, k, hw, pad, mode, channels_last):
 @pytest.mark.parametrize("dtype,mode,bound", MODES)
 def test_channel_slices_from_channels_last_without_bias(c, dtype, mode, bound):
     """Slices are copies of the input's channels: a channels_last input and no bias
-    give what F.conv2d gives, in its layout, whichever kernels run."""
+    give what F.conv2d gives, in its layout, whichever kernels the selectors guess."""
     n, k, h, w, p = 8, 96, 100, 100, 2
     x, wt, _ = make_inputs(n, c, k, h, w, dtype=dtype, device="cuda", seed=c)
     x = x.to(memory_format=torch.channels_last)
     grad = torch.randn(n, k, 24, 24, device="cuda").to(dtype, memory_format=torch.channels_last)
-    with precision(mode):
+    with precision(mode), untimed():
         names = alexop.kernel_for(x, wt, p)
         y = alexop.conv11s4(x, wt, None, p)
         gx = torch.ops.alexop.conv11s4_backward_input(grad, wt, list(x.shape), p)
