@@ -29,9 +29,9 @@ TORCH_LIBRARY(alexop, m) {
   // arguments (forward, weight gradient, input gradient); launches nothing.
   m.def("_kernel_for(Tensor input, Tensor weight, int padding=2) -> str[]");
   // What _kernel_for would answer on a CUDA GPU of a named kind ("h100",
-  // "h200", "a100": those alexop's kernels are measured on), from the
-  // tensors' sizes, dtypes and layouts alone: the selection tests without a
-  // GPU. CUDA builds only.
+  // "h200", "a100": those alexop's kernels are measured on; "l4",
+  // "rtx4090", "b200", "rtx5090"), from the tensors' sizes, dtypes and
+  // layouts alone: the selection tests without a GPU. CUDA builds only.
   m.def("_kernel_for_gpu(Tensor input, Tensor weight, int padding, str gpu) -> str[]");
   // What _kernel_for would answer on a CPU of a named kind ("default",
   // "avx2", "avx512", "avx512_bf16", "avx512_fp16": the instruction sets the

@@ -31,6 +31,15 @@ echo "tests rc=$?" >> "$OUT/summary.txt"
 ALEXOP_FORCE_SM80=1 timeout 300 python3 -m pytest tests/test_cuda_kernels.py tests/test_every_shape.py \
   tests/test_nonfinite.py -q -p no:benchmark -m "not slow" $workers > "$OUT/tests_sm80.log" 2>&1
 echo "tests with ALEXOP_FORCE_SM80=1 rc=$? $(tail -1 "$OUT/tests_sm80.log")" >> "$OUT/summary.txt"
+# The kernels an RTX 5090 (sm_120, 99 KB of shared memory a block) and a B200 (sm_100) would time
+# against cuDNN, run as the guess on this GPU: the accuracy tests only (the name tables are
+# Hopper's and the A100's).
+for sm in 120 100; do
+  ALEXOP_FORCE_SM=$sm timeout 300 python3 -m pytest tests/test_every_shape.py tests/test_nonfinite.py \
+    tests/test_forward.py tests/test_backward.py -k "float64 or nonfinite or slices_from" -q -p no:benchmark \
+    -m "not slow" $workers > "$OUT/tests_sm$sm.log" 2>&1
+  echo "accuracy tests with ALEXOP_FORCE_SM=$sm rc=$? $(tail -1 "$OUT/tests_sm$sm.log")" >> "$OUT/summary.txt"
+done
 
 small='import torch, alexop
 x = torch.rand(2, 3, 67, 59, device="cuda"); w = torch.rand(96, 3, 11, 11, device="cuda"); b = torch.rand(96, device="cuda")

@@ -465,7 +465,7 @@ def _named_selection(gpu):
 
 
 @named_gpus
-@pytest.mark.parametrize("gpu", ["h100", "a100"])
+@pytest.mark.parametrize("gpu", ["h100", "a100", "b200", "rtx5090"])
 @pytest.mark.parametrize("dtype,mode,bound", MODES)
 def test_no_grid_shape_falls_to_the_reference_kernels_by_name(gpu, dtype, mode, bound):
     slow = grid_on_reference_kernels(_named_selection(gpu), dtype, mode)
@@ -535,7 +535,7 @@ def test_weight_grad_slices_by_name(gpu, n, c, k, hw, mode, channels_last, want)
 def test_named_gpu_checks_its_arguments():
     schema = str(torch.ops.alexop._kernel_for_gpu.default._schema)
     assert schema == "alexop::_kernel_for_gpu(Tensor input, Tensor weight, int padding, str gpu) -> str[]"
-    with pytest.raises(RuntimeError, match='expected gpu to be "h100", "h200" or "a100", but got "v100"'):
+    with pytest.raises(RuntimeError, match='expected gpu to be one of "h100", .*"rtx5090", but got "v100"'):
         _named("v100", *ALEXNET, torch.float32, "highest")
     with pytest.raises(RuntimeError, match="padding >= 0"):
         _named("h100", 2, 3, 96, 64, 64, -1, torch.float32, "highest")
@@ -617,3 +617,47 @@ TIMED_FORWARD_NAMES = [
 def test_timed_choices_by_name(op, case, want):
     gpu, n, c, k, side, dtype, mode, channels_last = case
     assert _named(gpu, n, c, k, side, side, 2, dtype, mode, channels_last)[op] == want
+
+
+# Ada and Blackwell: the kernels were not measured against cuDNN there, so cuDNN is each op's
+# guess (what runs untimed) and alexop's sm_80 kernels, chosen for the GPU's SMs and shared
+# memory, the alternative its first call times ("fwd_cudnn|fwd_mma_..."); never an sm_90a kernel
+# (wgmma, phase planes, space-to-depth) nor the reference.
+UNMEASURED = ["l4", "rtx4090", "b200", "rtx5090"]
+CUDNN_NAMES = {"forward": "fwd_cudnn", "weight_grad": "wgrad_cudnn", "input_grad": "dgrad_cudnn"}
+
+
+@named_gpus
+@pytest.mark.parametrize("gpu", UNMEASURED)
+@pytest.mark.parametrize("case", list(EXPECTED), ids=lambda c: f"{str(c[0])[6:]}-{c[1]}")
+def test_unmeasured_gpus_guess_cudnn(gpu, case):
+    dtype, mode = case
+    for shape in (ALEXNET, (64, 1, 64, 224, 224, 2), (8, 4, 128, 127, 127, 2), (1, 16, 384, 240, 320, 0)):
+        names = _named(gpu, *shape, dtype, mode)
+        assert guesses(names) == CUDNN_NAMES, (shape, names)
+        mine = "".join(name.split("|", 1)[1] for name in names.values() if "|" in name)
+        assert not any(k in mine for k in ("gmma", "planes", "s2d", "generic")), (shape, names)
+
+
+# AlexNet's layer in bf16: the B200 (227 KB of shared memory a block) has an alexop kernel for
+# every op; with 99 KB (RTX 5090, like the L4 and RTX 4090) the forward's does not fit, nor the
+# input gradient's (cuBLAS GEMM + fold).
+UNMEASURED_ALEXNET_BF16 = {
+    "b200": {"forward": "fwd_cudnn|fwd_mma_bf16_pairs_c96", "weight_grad": "wgrad_cudnn|wgrad_mma_bf16_pairs_c96",
+             "input_grad": "dgrad_cudnn|dgrad_mma_bf16"},
+    "rtx5090": {"forward": "fwd_cudnn", "weight_grad": "wgrad_cudnn|wgrad_mma_bf16_pairs_c96",
+                "input_grad": "dgrad_cudnn|dgrad_cublas_fold"},
+}
+
+
+@named_gpus
+@pytest.mark.parametrize("gpu", list(UNMEASURED_ALEXNET_BF16))
+def test_unmeasured_gpus_alexnet_alternatives(gpu):
+    assert _named(gpu, *ALEXNET, torch.bfloat16, "highest") == UNMEASURED_ALEXNET_BF16[gpu]
+
+
+@named_gpus
+def test_unmeasured_gpus_keep_the_reference_for_float64():
+    for gpu in UNMEASURED:
+        names = _named(gpu, 2, 3, 96, 64, 64, 2, torch.float64, "highest")
+        assert names == {"forward": "fwd_generic", "weight_grad": "wgrad_generic", "input_grad": "dgrad_cublas_fold"}

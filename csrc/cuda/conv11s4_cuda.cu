@@ -328,13 +328,16 @@ at::Tensor conv11s4_cuda(
     return forward_alexop(choice, p, x, w, has_bias ? &b : nullptr, out_size, format);
   };
   if (fw::timed(choice)) {
-    // cuDNN as accurate as the kernel it may replace: TF32 only under
-    // "medium" (under "high" alexop's forward is fp32-accurate)
-    const bool tf32 = fp32_math() == cuda::Fp32Math::kTf32;
+    // Where the kernel is the guess, cuDNN as accurate as the kernel it may
+    // replace: TF32 only under "medium" (under "high" alexop's forward is
+    // fp32-accurate); where cuDNN is (an unmeasured architecture), cuDNN as
+    // its fallbacks run.
+    const bool guess_cudnn = !p.dev.measured;
+    const bool tf32 = guess_cudnn ? cudnn_tf32() : fp32_math() == cuda::Fp32Math::kTf32;
     const auto key = cuda::timed_key(
         Decision::kForwardKernel, input, input.sizes(), w.size(0), padding,
         (int64_t)fp32_math(), has_bias, format);
-    if (cuda::fastest(key, 0, {[&] { mine(); }, [&] { cudnn(tf32); }}) == 1) {
+    if (cuda::fastest(key, guess_cudnn, {[&] { mine(); }, [&] { cudnn(tf32); }}) == 1) {
       return cudnn(tf32);
     }
   }
@@ -408,7 +411,7 @@ at::Tensor conv11s4_backward_input_cuda(
     const auto key = cuda::timed_key(
         Decision::kInputGradKernel, grad_output, input_size, weight.size(0),
         padding, cudnn_tf32(), false, format);
-    const int guess = choice.kernel == ig::Kernel::kCudnn;
+    const int guess = choice.kernel == ig::Kernel::kCudnn || !p.dev.measured;
     const bool on_mine = cuda::fastest(key, guess, {
         [&] { input_grad_alexop(mine, p, grad_output, weight, input_size, format); },
         [&] { cudnn(); }}) == 0;
@@ -532,7 +535,7 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
       const auto key = cuda::timed_key(
           Decision::kWeightGradKernel, input, input.sizes(), K, padding,
           cudnn_tf32(), bias_grad, grad_output.suggest_memory_format());
-      const int guess = choice.kernel == wg::Kernel::kCudnn;
+      const int guess = choice.kernel == wg::Kernel::kCudnn || !problem.dev.measured;
       const bool on_mine = cuda::fastest(key, guess, {
           [&] { weight_grad_alexop(mine, grad_output, input, K, padding, bias_grad, prep); },
           [&] { cudnn(); }}) == 0;

@@ -5,6 +5,7 @@
 #include <ATen/cuda/CUDAContextLight.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -24,22 +25,42 @@ __global__ void gmma_marker_kernel() {
 
 }  // namespace
 
+namespace {
+
+// Shared memory a block may opt in to, and an SM's, on architecture sm.
+struct SharedMemory {
+  int64_t optin, per_sm;
+};
+SharedMemory shared_memory(int sm) {
+  if (sm == 80 || sm == 87) return {166912, 167936};
+  if (sm == 90 || sm == 100) return {232448, 233472};
+  return {101376, 102400};  // sm_86, sm_89, sm_120
+}
+
+}  // namespace
+
 Device named_device(const std::string& kind) {
-  Device d;
-  if (kind == "h100" || kind == "h200") {
-    d.sm = 90;
-    d.sm90a = true;
-    d.num_sms = 132;
-    d.smem_optin = 232448;
-    d.smem_per_sm = 233472;
-  } else {
-    TORCH_CHECK(kind == "a100", "alexop._kernel_for_gpu: expected gpu to be \"h100\", \"h200\" or \"a100\", but got \"",
-                kind, "\"");
-    d.sm = 80;
-    d.num_sms = 108;
-    d.smem_optin = 166912;
-    d.smem_per_sm = 167936;
+  struct Kind {
+    const char* name;
+    int sm, num_sms;
+  };
+  static constexpr Kind kKinds[] = {{"h100", 90, 132}, {"h200", 90, 132}, {"a100", 80, 108}, {"l4", 89, 58},
+                                    {"rtx4090", 89, 128}, {"b200", 100, 148}, {"rtx5090", 120, 170}};
+  const Kind* k = nullptr;
+  for (const auto& c : kKinds) {
+    if (kind == c.name) k = &c;
   }
+  TORCH_CHECK(k != nullptr,
+              "alexop._kernel_for_gpu: expected gpu to be one of \"h100\", \"h200\", \"a100\", \"l4\", "
+              "\"rtx4090\", \"b200\", \"rtx5090\", but got \"", kind, "\"");
+  Device d;
+  d.sm = k->sm;
+  d.sm90a = k->sm == 90;
+  d.measured = measured_architecture(k->sm);
+  d.num_sms = k->num_sms;
+  const auto smem = shared_memory(k->sm);
+  d.smem_optin = smem.optin;
+  d.smem_per_sm = smem.per_sm;
   d.smem_reserved = 1024;
   return d;
 }
@@ -49,18 +70,34 @@ Device device(int index) {
     const char* v = std::getenv("ALEXOP_FORCE_SM80");
     return v != nullptr && std::string(v) == "1";
   }();
+  // the architecture ALEXOP_FORCE_SM describes an sm_90 device as, or 0
+  static const int forced = [] {
+    const char* v = std::getenv("ALEXOP_FORCE_SM");
+    if (v == nullptr || !*v) return 0;
+    const std::string s(v);
+    TORCH_CHECK(s == "80" || s == "86" || s == "89" || s == "100" || s == "120",
+                "ALEXOP_FORCE_SM: expected 80, 86, 89, 100 or 120, but got \"", s, "\"");
+    return std::stoi(s);
+  }();
   const auto* prop = at::cuda::getDeviceProperties(index);
   Device d;
   d.sm = prop->major * 10 + prop->minor;
   d.sm90a = gmma_available(index);
-  if (force_sm80 && d.sm == 90) {
-    d.sm = 80;
-    d.sm90a = false;
-  }
+  d.measured = measured_architecture(d.sm);
   d.num_sms = prop->multiProcessorCount;
   d.smem_optin = (int64_t)prop->sharedMemPerBlockOptin;
   d.smem_per_sm = (int64_t)prop->sharedMemPerMultiprocessor;
   d.smem_reserved = (int64_t)prop->reservedSharedMemPerBlock;
+  if (force_sm80 && d.sm == 90) {
+    d.sm = 80;
+    d.sm90a = false;
+  } else if (forced != 0 && d.sm == 90) {
+    d.sm = forced;
+    d.sm90a = false;
+    const auto smem = shared_memory(forced);
+    d.smem_optin = std::min(d.smem_optin, smem.optin);
+    d.smem_per_sm = std::min(d.smem_per_sm, smem.per_sm);
+  }
   return d;
 }
 

@@ -34,8 +34,10 @@
 // 17. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
 // 18. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
 // 19. otherwise                                     -> mma.sync, groups of 64 | 96 | 128 (else cudnn)
-// A tensor-core choice is a guess: the op times it against cuDNN on each
-// problem's first call (timed, common/timed.h).
+// A tensor-core choice is timed against cuDNN on each problem's first call
+// (timed, common/timed.h): the guess on the architectures the rules were
+// measured on, the alternative to cuDNN's guess on the others
+// (measured_architecture, common/device.h).
 
 #include "select.h"
 
@@ -337,8 +339,10 @@ bool any_output_layout(const Choice& c) { return tensor_core(c); }
 bool timed(const Choice& c) { return tensor_core(c); }
 
 std::string timed_name(const Problem& p) {
-  const Choice guess = select(p);
-  return timed(guess) ? name(guess) + "|" + kKernelNames[(int)Kernel::kCudnn] : name(guess);
+  const Choice c = select(p);
+  if (!timed(c)) return name(c);
+  const std::string cudnn = kKernelNames[(int)Kernel::kCudnn];
+  return p.dev.measured ? name(c) + "|" + cudnn : cudnn + "|" + name(c);
 }
 
 std::string name(const Choice& c) {

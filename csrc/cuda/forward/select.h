@@ -57,7 +57,8 @@ bool any_output_layout(const Choice& c);
 // (common/timed.h) and keeps the faster: every tensor-core choice. The rules
 // were measured on Hopper at a few batch sizes; another GPU, or a problem as
 // small as one image (few tiles, launches that cost more than the math),
-// can turn them.
+// can turn them. The guess, which runs untimed, is c where p.dev.measured,
+// else cuDNN.
 bool timed(const Choice& c);
 
 // e.g. "fwd_planes_bf16_c96", "fwd_planes_bf16_1ch_c96", "fwd_mma_3xtf32_split_g16", "pad3+fwd_s2d_bf16_c64" (one
@@ -65,7 +66,7 @@ bool timed(const Choice& c);
 // "nchw+fwd_gmma_chunks_bf16_c96", "fwd_cudnn", "fwd_generic"
 std::string name(const Choice& c);
 
-// select's name, and where timed "|fwd_cudnn": the guess first
+// select's name, and where timed "fwd_cudnn" beside it: the guess first
 std::string timed_name(const Problem& p);
 
 }  // namespace alexop::cuda::forward

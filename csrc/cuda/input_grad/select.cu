@@ -3,7 +3,7 @@
 //
 //  1. empty grad_input                      -> none
 //  2. float64                               -> generic (cuBLAS + fold)  [the reference]
-//     not an architecture alexop's kernels are measured on -> cudnn (tensor_core_kernels)
+//     below sm_80 (Turing)                  -> cudnn (tensor_core_kernels)
 //  3. 1 or 2, or 4 up to max_sliced_channels, more than one_small_image -> slices of 3 + the 3-channel tensor-core choice [cheaper than either fallback]
 //  4. !tc_shape, cudnn_wins or launch_bound -> cudnn (channels_last)  [its TF32 and few-filter kernels; one launch]
 //  5. !tc_shape                             -> generic (cuBLAS + fold)  [faster than cuDNN elsewhere]
@@ -15,10 +15,11 @@
 // bf16 / fp16:
 // 10. wgmma                                 -> gmma 16-bit
 // 11.                                       -> mma.sync 16-bit, else generic
-// float32 and 16-bit on alexop's architectures, the choice above is a guess:
-// the op times alexop's own (own: the choice, or where it is cuDNN, slices
-// of 3, else the GEMM + fold) against cuDNN on each problem's first call
-// (timed); up to 3 channels only where the guess is alexop's.
+// float32 and 16-bit from sm_80 on, the op times alexop's own (own: the
+// choice above, or where it is cuDNN, slices of 3, else the GEMM + fold)
+// against cuDNN on each problem's first call (timed); up to 3 channels only
+// where the choice is alexop's. The choice is the guess on the measured
+// architectures, cuDNN on the others (common/device.h).
 
 #include "select.h"
 
@@ -121,25 +122,26 @@ std::string name(const Choice& c) {
          (c.mode == k16 ? (c.dtype == ScalarType::Half ? "fp16" : "bf16") : kModeNames[c.mode]);
 }
 
-bool timed(const Problem& p, const Choice& guess) {
+bool timed(const Problem& p, const Choice& c) {
   return p.N * p.H * p.W > 0 && p.dtype != ScalarType::Double && tensor_core_kernels(p.dev) &&
-         (p.C > kC || guess.kernel != Kernel::kCudnn);
+         (p.C > kC || c.kernel != Kernel::kCudnn);
 }
 
-Choice own(const Problem& p, const Choice& guess) {
-  if (guess.kernel != Kernel::kCudnn) return guess;
+Choice own(const Problem& p, const Choice& c) {
+  if (c.kernel != Kernel::kCudnn) return c;
   if (p.C <= kMaxSlicedChannels) {
-    const Choice c = slices_of(p);
-    if (c.kernel != Kernel::kGeneric) return c;
+    const Choice slices = slices_of(p);
+    if (slices.kernel != Kernel::kGeneric) return slices;
   }
   return make(Kernel::kGeneric, p, k16);
 }
 
 std::string timed_name(const Problem& p) {
-  const auto guess = select(p);
-  if (!timed(p, guess)) return name(guess);
-  const auto other = guess.kernel == Kernel::kCudnn ? own(p, guess) : make(Kernel::kCudnn, p, k16);
-  return name(guess) + "|" + name(other);
+  const auto c = select(p);
+  if (!timed(p, c)) return name(c);
+  const auto cudnn = name(make(Kernel::kCudnn, p, k16));
+  const auto mine = name(own(p, c));
+  return c.kernel == Kernel::kCudnn || !p.dev.measured ? cudnn + "|" + mine : mine + "|" + cudnn;
 }
 
 }  // namespace alexop::cuda::input_grad

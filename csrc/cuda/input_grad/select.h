@@ -35,13 +35,14 @@ Choice select(const Problem& p);
 // Whether alexop's kernels or cuDNN is the faster has no rule (cuDNN's speed
 // jumps with the filter count; one small image leaves alexop's tiles few;
 // rules measured on one GPU need not hold on another), so the op times both
-// on a problem's first call (common/timed.h), guess being select(p): float32
-// and 16-bit on alexop's architectures, up to 3 channels where the guess is
-// alexop's, beyond that whatever it is. own(p, guess) is alexop's choice
-// there: the guess, or where it is cuDNN, slices of 3, else the cuBLAS GEMM
-// + fold.
-bool timed(const Problem& p, const Choice& guess);
-Choice own(const Problem& p, const Choice& guess);
+// on a problem's first call (common/timed.h), c being select(p): float32 and
+// 16-bit from sm_80 on, up to 3 channels where c is alexop's, beyond that
+// whatever it is. The guess, which runs untimed, is c on the architectures
+// the rules were measured on, cuDNN on the others (common/device.h).
+// own(p, c) is alexop's choice there: c, or where it is cuDNN, slices of 3,
+// else the cuBLAS GEMM + fold.
+bool timed(const Problem& p, const Choice& c);
+Choice own(const Problem& p, const Choice& c);
 
 // e.g. "dgrad_gmma_bf16", "dgrad_mma_3xtf32", "pad3+dgrad_gmma_3xfp16",
 // "slice3x2+dgrad_gmma_bf16", "dgrad_cublas_fold",

@@ -232,10 +232,12 @@ std::string name(const Choice& c) {
 }
 
 std::string timed_name(const Problem& p) {
-  const auto guess = select(p);
-  if (!timed(p)) return name(guess);
-  const auto other = guess.kernel == Kernel::kCudnn ? own(p) : Choice{Kernel::kCudnn};
-  return other.kernel == guess.kernel ? name(guess) : name(guess) + "|" + name(other);
+  const auto c = select(p);
+  if (!timed(p)) return name(c);
+  const auto mine = c.kernel == Kernel::kCudnn ? own(p) : c;
+  if (mine.kernel == Kernel::kCudnn) return name(mine);
+  const auto cudnn = name(Choice{Kernel::kCudnn});
+  return c.kernel == Kernel::kCudnn || !p.dev.measured ? cudnn + "|" + name(mine) : name(mine) + "|" + cudnn;
 }
 
 }  // namespace alexop::cuda::weight_grad

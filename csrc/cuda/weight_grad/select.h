@@ -70,7 +70,8 @@ Choice own(const Problem& p);
 std::string name(const Choice& c);
 
 // select's name, and where timed, "|" and the other choice's: the guess
-// first ("slice3x3+wgrad_gmma_bf16_c64|wgrad_cudnn")
+// first ("slice3x3+wgrad_gmma_bf16_c64|wgrad_cudnn"; cuDNN's on an
+// architecture the rules were not measured on, common/device.h)
 std::string timed_name(const Problem& p);
 
 // The phase-plane kernel's fit (plan.cu): built for p.C (1 to 3), its
