@@ -639,13 +639,13 @@ def test_unmeasured_gpus_guess_cudnn(gpu, case):
         assert not any(k in mine for k in ("gmma", "planes", "s2d", "generic")), (shape, names)
 
 
-# AlexNet's layer in bf16: the B200 (227 KB of shared memory a block) has an alexop kernel for
-# every op; with 99 KB (RTX 5090, like the L4 and RTX 4090) the forward's does not fit, nor the
-# input gradient's (cuBLAS GEMM + fold).
+# AlexNet's layer in bf16: the B200 (227 KB of shared memory a block) has the A100's kernels; with
+# 99 KB (RTX 5090, like the L4 and RTX 4090) the forward takes channel groups of 64 (96 do not
+# fit), and the input gradient's kernel does not fit (the cuBLAS GEMM + fold instead).
 UNMEASURED_ALEXNET_BF16 = {
     "b200": {"forward": "fwd_cudnn|fwd_mma_bf16_pairs_c96", "weight_grad": "wgrad_cudnn|wgrad_mma_bf16_pairs_c96",
              "input_grad": "dgrad_cudnn|dgrad_mma_bf16"},
-    "rtx5090": {"forward": "fwd_cudnn", "weight_grad": "wgrad_cudnn|wgrad_mma_bf16_pairs_c96",
+    "rtx5090": {"forward": "fwd_cudnn|fwd_mma_bf16_pairs_split_g64", "weight_grad": "wgrad_cudnn|wgrad_mma_bf16_pairs_c96",
                 "input_grad": "dgrad_cudnn|dgrad_cublas_fold"},
 }
 

@@ -22,7 +22,8 @@ struct Device {
 // without wgmma, how they run the A100 kernels on Hopper;
 // ALEXOP_FORCE_SM=<cc> (80, 86, 89, 100, 120) as that architecture, no
 // wgmma and its shared memory (99 KB a block on sm_86, sm_89 and sm_120),
-// still measured, so the kernels chosen as there run as the guess.
+// the selectors choosing as there, but still `measured`: their choice runs
+// as the guess (untimed in the tests) where there cuDNN would.
 Device device(int index);
 
 // The description of a GPU kind by name, as its device properties give it,

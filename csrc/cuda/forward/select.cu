@@ -34,6 +34,8 @@
 // 17. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
 // 18. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
 // 19. otherwise                                     -> mma.sync, groups of 64 | 96 | 128 (else cudnn)
+// mma.sync where its groups do not fit: on unmeasured architectures narrower
+// groups (mma_sync), else cudnn.
 // A tensor-core choice is timed against cuDNN on each problem's first call
 // (timed, common/timed.h): the guess on the architectures the rules were
 // measured on, the alternative to cuDNN's guess on the others
@@ -46,6 +48,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 namespace alexop::cuda::forward {
 namespace {
@@ -236,6 +239,22 @@ int split_groups(const Problem& p) {
   return best;
 }
 
+// The mma.sync kernel of nt8 n8 tiles a CTA where it fits; else, on an
+// architecture the rules were not measured on (common/device.h: Ada and the
+// RTX 50 series hold 99 KB a block; cuDNN is the guess there, and this the
+// timed alternative), the widest of the narrower groups instantiated
+// (narrower: each tile in more groups, repeating the patch copy) that fits;
+// else cuDNN. nbuf: the kernel's stage buffers.
+Choice mma_sync(const Problem& p, MathMode mode, int nt8, int nbuf, std::initializer_list<int> narrower) {
+  if (gather_fits(p, mode, nt8, nbuf, false, 1, false)) return make(Kernel::kMmaSync, p, mode, nt8);
+  if (!measured_architecture(p.dev.sm)) {
+    for (int n : narrower) {
+      if (n < nt8 && gather_fits(p, mode, n, nbuf, false, 1, false)) return make(Kernel::kMmaSync, p, mode, n);
+    }
+  }
+  return cudnn(p);
+}
+
 // The split rule (3xTF32, bf16x3 on mma.sync).
 Choice mma_fp32_accurate(const Problem& p, MathMode mode) {
   int c = split_groups(p);
@@ -244,7 +263,7 @@ Choice mma_fp32_accurate(const Problem& p, MathMode mode) {
     if (gather_fits(p, mode, nt8, 1, false, 1, false)) return make(Kernel::kMmaSync, p, mode, nt8);
     c = 6;  // the whole weight operand did not fit
   }
-  return gather_fits(p, mode, c, 1, false, 1, false) ? make(Kernel::kMmaSync, p, mode, c) : cudnn(p);
+  return mma_sync(p, mode, c, 1, {4, 2});
 }
 
 Choice select_fp32(const Problem& p) {
@@ -260,8 +279,7 @@ Choice select_fp32(const Problem& p) {
   const int nt8 = nt8_fp32(p.K);
   if (wgmma && planes_shape(p) && planes_fit(p, nt8)) return make(Kernel::kPlanes, p, kTf32, nt8);
   if (wgmma && gather_fits(p, kTf32, nt8, 1, true, 1, false)) return make(Kernel::kGmma, p, kTf32, nt8);
-  if (gather_fits(p, kTf32, nt8, 1, false, 1, false)) return make(Kernel::kMmaSync, p, kTf32, nt8);
-  return cudnn(p);
+  return mma_sync(p, kTf32, nt8, 1, {8});
 }
 
 Choice select_16(const Problem& p) {
@@ -274,8 +292,7 @@ Choice select_16(const Problem& p) {
     if (gather_fits(p, mode, nt8, 2, true, 1, true)) return make(Kernel::kGmmaStaged, p, mode, nt8);
   }
   if (wgmma && gather_fits(p, mode, nt8, 1, true, 2, false)) return make(Kernel::kGmma2Cta, p, mode, nt8);
-  if (gather_fits(p, mode, nt8, 2, false, 1, false)) return make(Kernel::kMmaSync, p, mode, nt8);
-  return cudnn(p);
+  return mma_sync(p, mode, nt8, 2, {12, 8});
 }
 
 // Names by MathMode and by Kernel (16-bit modes name the dtype).
