@@ -11,6 +11,17 @@
 #include <cstdint>
 #include <type_traits>
 
+// CTAs of 256 threads that an SM holds (2048 threads; 1024 on sm_75; 1536
+// on sm_86, sm_89 and sm_120): the most a kernel of 256 threads may ask for
+// in __launch_bounds__, where ptxas ignores more with a warning.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
+#define ALEXOP_CTAS_OF_256 4
+#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
+#define ALEXOP_CTAS_OF_256 6
+#else
+#define ALEXOP_CTAS_OF_256 8
+#endif
+
 // Turing (sm_75) has none of cp.async, TF32 / bf16 conversion and the
 // m16n8k16 / TF32 mma.sync shapes: in an sm_75 image the primitives built on
 // them trap instead, and the selectors never choose their kernels there

@@ -309,8 +309,9 @@ __device__ __forceinline__ void wgrad_tiles(const Params<T>& p, unsigned char* s
 // bounds keep the sums' registers: the recomputation's call, which would
 // take more, spills).
 constexpr int kReduceWarps = 8;
+static_assert(32 * kReduceWarps == 256, "ALEXOP_CTAS_OF_256 counts CTAs of 256 threads");
 template <typename T, int kM, int CH>
-__global__ void __launch_bounds__(32 * kReduceWarps, 8) reduce_planes_kernel(const float* __restrict__ ws, int S, int K,
+__global__ void __launch_bounds__(32 * kReduceWarps, ALEXOP_CTAS_OF_256) reduce_planes_kernel(const float* __restrict__ ws, int S, int K,
                                                                        T* __restrict__ gw, T* __restrict__ gb,
                                                                        const exact::WgradOperands o) {
   using G = Geo<CH>;

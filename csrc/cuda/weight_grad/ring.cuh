@@ -181,17 +181,8 @@ constexpr int wgrad3_smem_halves() {
   return kAoff3 + 2 * MT * 16 * kLDA3;
 }
 
-// CTAs of 256 threads an SM that wgrad_reduce_kernel asks for: seven where
-// an SM holds 2048 threads; as many as fit where it holds fewer (1024 on
-// sm_75; 1536 on sm_86, sm_89, sm_120), where ptxas would ignore seven with
-// a warning.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
-#define ALEXOP_REDUCE_CTAS 4
-#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
-#define ALEXOP_REDUCE_CTAS 6
-#else
-#define ALEXOP_REDUCE_CTAS 7
-#endif
+// Seven CTAs an SM where it holds eight, as many as it holds elsewhere.
+#define ALEXOP_REDUCE_CTAS (ALEXOP_CTAS_OF_256 < 7 ? ALEXOP_CTAS_OF_256 : 7)
 
 // Sums the per-slice partials in slice order (fixed: bitwise reproducible);
 // a NaN sum is recomputed exactly from the operands o. The bounds keep the
