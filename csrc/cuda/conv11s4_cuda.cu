@@ -337,7 +337,7 @@ at::Tensor conv11s4_cuda(
     const auto key = cuda::timed_key(
         Decision::kForwardKernel, input, input.sizes(), w.size(0), padding,
         (int64_t)fp32_math(), has_bias, format);
-    if (cuda::fastest(key, guess_cudnn, {[&] { mine(); }, [&] { cudnn(tf32); }}) == 1) {
+    if (cuda::mine_or_cudnn(key, guess_cudnn, fw::name(choice), mine, [&] { return cudnn(tf32); }) == 1) {
       return cudnn(tf32);
     }
   }
@@ -412,9 +412,9 @@ at::Tensor conv11s4_backward_input_cuda(
         Decision::kInputGradKernel, grad_output, input_size, weight.size(0),
         padding, cudnn_tf32(), false, format);
     const int guess = choice.kernel == ig::Kernel::kCudnn || !p.dev.measured;
-    const bool on_mine = cuda::fastest(key, guess, {
-        [&] { input_grad_alexop(mine, p, grad_output, weight, input_size, format); },
-        [&] { cudnn(); }}) == 0;
+    const bool on_mine = cuda::mine_or_cudnn(
+        key, guess, ig::name(mine),
+        [&] { return input_grad_alexop(mine, p, grad_output, weight, input_size, format); }, cudnn) == 0;
     choice = on_mine ? mine : ig::Choice{ig::Kernel::kCudnn};
   }
   if (choice.kernel == ig::Kernel::kCudnn) return cudnn();
@@ -536,9 +536,10 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
           Decision::kWeightGradKernel, input, input.sizes(), K, padding,
           cudnn_tf32(), bias_grad, grad_output.suggest_memory_format());
       const int guess = choice.kernel == wg::Kernel::kCudnn || !problem.dev.measured;
-      const bool on_mine = cuda::fastest(key, guess, {
-          [&] { weight_grad_alexop(mine, grad_output, input, K, padding, bias_grad, prep); },
-          [&] { cudnn(); }}) == 0;
+      const bool on_mine = cuda::mine_or_cudnn(
+          key, guess, wg::name(mine),
+          [&] { return std::get<0>(weight_grad_alexop(mine, grad_output, input, K, padding, bias_grad, prep)); },
+          [&] { return std::get<0>(cudnn()); }) == 0;
       choice = on_mine ? mine : wg::Choice{wg::Kernel::kCudnn};
     }
   }

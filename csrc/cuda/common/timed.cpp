@@ -2,6 +2,11 @@
 
 #include "timed.h"
 
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/sub.h>
+#include <ATen/ops/logical_and.h>
+#include <ATen/ops/where.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
@@ -73,6 +78,22 @@ std::vector<double> best_times(const std::vector<std::function<void()>>& runs) {
   return best;
 }
 
+// The relative L2 distance past which two results are not the same
+// convolution's: 16-bit results, or TF32 against fp32, stay under 1e-2 of
+// each other; a kernel that computes something else is off by about 1.
+constexpr double kAgreement = 2e-2;
+
+// The relative L2 distance of a from b over the elements finite in both:
+// where an Inf or NaN meets the op, alexop's kernels follow float64
+// F.conv2d and cuDNN's need not (docs/precision.md).
+double distance(const at::Tensor& a, const at::Tensor& b) {
+  const auto x = a.to(at::kFloat), y = b.to(at::kFloat);
+  const auto finite = at::logical_and(x.isfinite(), y.isfinite());
+  const double size = at::where(finite, y, 0).norm().item<double>();
+  const double diff = at::where(finite, at::sub(x, y), 0).norm().item<double>();
+  return diff == 0 ? 0 : diff / size;
+}
+
 }  // namespace
 
 TimedKey timed_key(Decision op, const at::Tensor& x, at::IntArrayRef size, int64_t K, int64_t padding,
@@ -85,6 +106,22 @@ TimedKey timed_key(Decision op, const at::Tensor& x, at::IntArrayRef size, int64
 int fastest(const TimedKey& key, int guess, const std::vector<std::function<void()>>& runs) {
   const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
   return timed_choice(key, guess, !capturing, [&] { return best_times(runs); });
+}
+
+int mine_or_cudnn(const TimedKey& key, int guess, const std::string& what,
+                  const std::function<at::Tensor()>& mine, const std::function<at::Tensor()>& cudnn) {
+  const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+  return timed_choice(key, guess, !capturing, [&]() -> std::vector<double> {
+    const double d = distance(mine(), cudnn());
+    if (!(d <= kAgreement)) {
+      const auto* props = at::cuda::getCurrentDeviceProperties();
+      TORCH_WARN("alexop.conv11s4: on this ", props->name, " (sm_", props->major, props->minor, ") ", what,
+                 " gave a result a relative L2 distance of ", d, " from cuDNN's; cuDNN runs this problem "
+                 "instead. Please report it, with the GPU, the shapes and the dtype.");
+      return {std::numeric_limits<double>::infinity(), 0};
+    }
+    return best_times({[&] { mine(); }, [&] { cudnn(); }});
+  });
 }
 
 }  // namespace alexop::cuda

@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace alexop::cuda {
@@ -25,5 +26,14 @@ TimedKey timed_key(Decision op, const at::Tensor& x, at::IntArrayRef size, int64
 // The index in runs of the fastest, each run the whole op in one way
 // (timed_choice: the guess where timing is not allowed or fails).
 int fastest(const TimedKey& key, int guess, const std::vector<std::function<void()>>& runs);
+
+// alexop's way (0) or cuDNN's (1) for key, as fastest, each run the whole op
+// returning its result (the weight gradient's, not the bias's). Before the
+// timing each runs once, and where alexop's result is not near cuDNN's
+// (relative L2 over the elements finite in both), cuDNN is kept for the
+// problem with a warning naming `what`: a kernel run on a GPU it was never
+// measured on must not be kept for a speed it gets by being wrong.
+int mine_or_cudnn(const TimedKey& key, int guess, const std::string& what,
+                  const std::function<at::Tensor()>& mine, const std::function<at::Tensor()>& cudnn);
 
 }  // namespace alexop::cuda
