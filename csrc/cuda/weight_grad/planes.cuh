@@ -244,7 +244,7 @@ __device__ __forceinline__ void wgrad_tiles(const Params<T>& p, unsigned char* s
   // kCopyParts, the wait after step kWait, the relayouts after the steps
   // that follow
   constexpr int kCopyParts = kMySteps == 14 ? 4 : 2, kWait = kMySteps == 14 ? 8 : 4;
-  const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int wg = tid >> 7;
   const TileLoader<T, NT8, CH> ld{p, smem, s0, tid};
   // this warpgroup's m offset (A) and first step's rows (B)
   const uint32_t a_off = kM == 2 ? wg * 2048 : wg * kMySteps * S::kStepB;
