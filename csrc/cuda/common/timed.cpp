@@ -94,6 +94,12 @@ double distance(const at::Tensor& a, const at::Tensor& b) {
   return diff == 0 ? 0 : diff / size;
 }
 
+// Nothing may synchronize during CUDA graph capture: there a problem not yet
+// timed takes the guess.
+bool may_time() {
+  return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
+}
+
 }  // namespace
 
 TimedKey timed_key(Decision op, const at::Tensor& x, at::IntArrayRef size, int64_t K, int64_t padding,
@@ -104,14 +110,12 @@ TimedKey timed_key(Decision op, const at::Tensor& x, at::IntArrayRef size, int64
 }
 
 int fastest(const TimedKey& key, int guess, const std::vector<std::function<void()>>& runs) {
-  const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
-  return timed_choice(key, guess, !capturing, [&] { return best_times(runs); });
+  return timed_choice(key, guess, may_time(), [&] { return best_times(runs); });
 }
 
 int mine_or_cudnn(const TimedKey& key, int guess, const std::string& what,
                   const std::function<at::Tensor()>& mine, const std::function<at::Tensor()>& cudnn) {
-  const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
-  return timed_choice(key, guess, !capturing, [&]() -> std::vector<double> {
+  return timed_choice(key, guess, may_time(), [&]() -> std::vector<double> {
     const double d = distance(mine(), cudnn());
     if (!(d <= kAgreement)) {
       const auto* props = at::cuda::getCurrentDeviceProperties();
