@@ -332,12 +332,13 @@ at::Tensor conv11s4_cuda(
     // replace: TF32 only under "medium" (under "high" alexop's forward is
     // fp32-accurate); where cuDNN is (an unmeasured architecture), cuDNN as
     // its fallbacks run.
-    const bool guess_cudnn = !p.dev.measured;
+    const bool guess_cudnn = cuda::cudnn_is_guess(p.dev, false);
     const bool tf32 = guess_cudnn ? cudnn_tf32() : fp32_math() == cuda::Fp32Math::kTf32;
     const auto key = cuda::timed_key(
         Decision::kForwardKernel, input, input.sizes(), w.size(0), padding,
         (int64_t)fp32_math(), has_bias, format);
-    if (cuda::mine_or_cudnn(key, guess_cudnn, fw::name(choice), mine, [&] { return cudnn(tf32); }) == 1) {
+    const auto what = [&] { return fw::name(choice); };
+    if (cuda::mine_or_cudnn(key, guess_cudnn, what, mine, [&] { return cudnn(tf32); }) == 1) {
       return cudnn(tf32);
     }
   }
@@ -411,9 +412,9 @@ at::Tensor conv11s4_backward_input_cuda(
     const auto key = cuda::timed_key(
         Decision::kInputGradKernel, grad_output, input_size, weight.size(0),
         padding, cudnn_tf32(), false, format);
-    const int guess = choice.kernel == ig::Kernel::kCudnn || !p.dev.measured;
+    const int guess = cuda::cudnn_is_guess(p.dev, choice.kernel == ig::Kernel::kCudnn);
     const bool on_mine = cuda::mine_or_cudnn(
-        key, guess, ig::name(mine),
+        key, guess, [&] { return ig::name(mine); },
         [&] { return input_grad_alexop(mine, p, grad_output, weight, input_size, format); }, cudnn) == 0;
     choice = on_mine ? mine : ig::Choice{ig::Kernel::kCudnn};
   }
@@ -535,9 +536,9 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
       const auto key = cuda::timed_key(
           Decision::kWeightGradKernel, input, input.sizes(), K, padding,
           cudnn_tf32(), bias_grad, grad_output.suggest_memory_format());
-      const int guess = choice.kernel == wg::Kernel::kCudnn || !problem.dev.measured;
+      const int guess = cuda::cudnn_is_guess(problem.dev, choice.kernel == wg::Kernel::kCudnn);
       const bool on_mine = cuda::mine_or_cudnn(
-          key, guess, wg::name(mine),
+          key, guess, [&] { return wg::name(mine); },
           [&] { return std::get<0>(weight_grad_alexop(mine, grad_output, input, K, padding, bias_grad, prep)); },
           [&] { return std::get<0>(cudnn()); }) == 0;
       choice = on_mine ? mine : wg::Choice{wg::Kernel::kCudnn};

@@ -46,6 +46,12 @@ inline bool tensor_core_kernels(const Device& d) { return d.sm >= 80; }
 // faster, never in deterministic mode.
 inline bool measured_architecture(int sm) { return sm == 80 || sm == 90; }
 
+// Of alexop's choice and cuDNN, timed against each other on a problem's first
+// call, whether cuDNN is the guess (what runs untimed, and kernel_for names
+// first): where the selector chose cuDNN, and on every architecture the
+// kernels were not measured on.
+inline bool cudnn_is_guess(const Device& d, bool chose_cudnn) { return chose_cudnn || !d.measured; }
+
 // True when `device` is sm_90 and this build carries sm_90a code (wgmma) for
 // it. Cached per device; a function-attribute query, so safe under stream
 // capture.

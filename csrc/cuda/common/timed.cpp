@@ -113,13 +113,13 @@ int fastest(const TimedKey& key, int guess, const std::vector<std::function<void
   return timed_choice(key, guess, may_time(), [&] { return best_times(runs); });
 }
 
-int mine_or_cudnn(const TimedKey& key, int guess, const std::string& what,
+int mine_or_cudnn(const TimedKey& key, int guess, const std::function<std::string()>& what,
                   const std::function<at::Tensor()>& mine, const std::function<at::Tensor()>& cudnn) {
   return timed_choice(key, guess, may_time(), [&]() -> std::vector<double> {
     const double d = distance(mine(), cudnn());
     if (!(d <= kAgreement)) {
       const auto* props = at::cuda::getCurrentDeviceProperties();
-      TORCH_WARN("alexop.conv11s4: on this ", props->name, " (sm_", props->major, props->minor, ") ", what,
+      TORCH_WARN("alexop.conv11s4: on this ", props->name, " (sm_", props->major, props->minor, ") ", what(),
                  " gave a result a relative L2 distance of ", d, " from cuDNN's; cuDNN runs this problem "
                  "instead. Please report it, with the GPU, the shapes and the dtype.");
       return {std::numeric_limits<double>::infinity(), 0};

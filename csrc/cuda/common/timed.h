@@ -31,9 +31,10 @@ int fastest(const TimedKey& key, int guess, const std::vector<std::function<void
 // returning its result (the weight gradient's, not the bias's). Before the
 // timing each runs once, and where alexop's result is not near cuDNN's
 // (relative L2 over the elements finite in both), cuDNN is kept for the
-// problem with a warning naming `what`: a kernel run on a GPU it was never
-// measured on must not be kept for a speed it gets by being wrong.
-int mine_or_cudnn(const TimedKey& key, int guess, const std::string& what,
+// problem with a warning naming alexop's kernel (what(), asked only then): a
+// kernel run on a GPU it was never measured on must not be kept for a speed
+// it gets by being wrong.
+int mine_or_cudnn(const TimedKey& key, int guess, const std::function<std::string()>& what,
                   const std::function<at::Tensor()>& mine, const std::function<at::Tensor()>& cudnn);
 
 }  // namespace alexop::cuda

@@ -359,7 +359,7 @@ std::string timed_name(const Problem& p) {
   const Choice c = select(p);
   if (!timed(c)) return name(c);
   const std::string cudnn = kKernelNames[(int)Kernel::kCudnn];
-  return p.dev.measured ? name(c) + "|" + cudnn : cudnn + "|" + name(c);
+  return cudnn_is_guess(p.dev, false) ? cudnn + "|" + name(c) : name(c) + "|" + cudnn;
 }
 
 std::string name(const Choice& c) {

@@ -141,7 +141,7 @@ std::string timed_name(const Problem& p) {
   if (!timed(p, c)) return name(c);
   const auto cudnn = name(make(Kernel::kCudnn, p, k16));
   const auto mine = name(own(p, c));
-  return c.kernel == Kernel::kCudnn || !p.dev.measured ? cudnn + "|" + mine : mine + "|" + cudnn;
+  return cudnn_is_guess(p.dev, c.kernel == Kernel::kCudnn) ? cudnn + "|" + mine : mine + "|" + cudnn;
 }
 
 }  // namespace alexop::cuda::input_grad

@@ -237,7 +237,7 @@ std::string timed_name(const Problem& p) {
   const auto mine = c.kernel == Kernel::kCudnn ? own(p) : c;
   if (mine.kernel == Kernel::kCudnn) return name(mine);
   const auto cudnn = name(Choice{Kernel::kCudnn});
-  return c.kernel == Kernel::kCudnn || !p.dev.measured ? cudnn + "|" + name(mine) : name(mine) + "|" + cudnn;
+  return cudnn_is_guess(p.dev, c.kernel == Kernel::kCudnn) ? cudnn + "|" + name(mine) : name(mine) + "|" + cudnn;
 }
 
 }  // namespace alexop::cuda::weight_grad
