@@ -172,10 +172,9 @@ def _check_forward(shape, dtype, mode, bound, bias, channels_last):
 # (gmma_chunks.cuh: one channel a chunk in TF32 and 3xFP16, two in 16-bit), streaming each
 # chunk's weights and patch while the last one multiplies. Shapes: chunks the channels fill and
 # do not (odd counts in 16-bit), channel groups (K > 96 in float32, > 128 in 16-bit), ragged K,
-# odd and no padding, a partial last tile, column blocks (1024 wide); channels_last inputs and
-# 16-bit rows of other than 16-byte multiples are copied to NCHW rows of whole 16-byte units
-# first. fp32-accurate chunks need more than one small image; "high" takes the slices or
-# cuDNN's TF32, 16-bit 1 and 2 channels the 3-channel kernels, and the forwards of
+# odd and no padding, a partial last tile, column blocks (1024 wide); channels_last inputs are
+# copied to NCHW first. fp32-accurate chunks need more than one small image; "high" takes the
+# slices or cuDNN's TF32, 16-bit 1 and 2 channels the 3-channel kernels, and the forwards of
 # CUDNN_INSTEAD cuDNN (forward/select.cu: TF32 filter groups from 13 channels, TF32
 # channels_last copies from 9): checked all the same.
 CHUNK_SHAPES = [
@@ -209,6 +208,37 @@ def test_forward_accuracy_more_channels(shape, dtype, mode, bound, bias, channel
     copied = channels_last and c > 1  # one channel in channels_last is NCHW as well
     if wgmma_kernels_run() and chunked:
         assert names["forward"].startswith(("nchw+" if copied else "") + "fwd_gmma_chunks_"), names
+
+
+# The chunk kernel takes 16-bit NCHW rows of any width and address as they are: it copies
+# 4-byte words, its patch moved by one element for tiles whose rows start on an odd one
+# (gather.cuh's word_shift). Rows start on odd elements at odd widths, in every other image
+# of an odd image size, and in an input at an odd address (at any width); the image 2047 wide
+# takes column blocks, the 5 channels a last chunk of one.
+WORD_SHAPES = [
+    (3, 16, 64, 127, 127, 2),
+    (3, 5, 96, 63, 101, 0),
+    (2, 8, 40, 27, 1023, 3),
+    (1, 5, 16, 27, 2047, 3),
+    (2, 4, 64, 64, 128, 2),
+]
+
+
+@pytest.mark.parametrize("shape", WORD_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("address", ["aligned", "odd"])
+def test_forward_chunks_rows_at_any_element(shape, dtype, address):
+    n, c, k, h, w, p = shape
+    x, wt, b = make_inputs(n, c, k, h, w, dtype=dtype, device="cuda")
+    if address == "odd":
+        x = torch.empty(x.numel() + 1, dtype=dtype, device="cuda")[1:].view_as(x).copy_(x)
+    ref = reference(x, wt, b, p)
+    _poison_allocator(ref.numel(), dtype)
+    out = alexop.conv11s4(x, wt, b, p)
+    assert torch.isfinite(out).all(), "some output element was not written"
+    assert rel_l2(out, ref) <= REL_L2[dtype]
+    if wgmma_kernels_run():
+        assert alexop.kernel_for(x, wt, p)["forward"].startswith("fwd_gmma_chunks_")
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)

@@ -224,19 +224,18 @@ void forward_slices(
   }
 }
 
-// The chunk kernel reads NCHW input rows (gmma_chunks.cuh): a channels_last
-// input is copied to NCHW first (relayout.h). 16-bit rows that are not
-// whole 16-byte units are copied instead (from either layout) into rows
-// padded with zero columns to a multiple of 16 bytes: 16-bit elements have
-// no asynchronous copy of their own, so each chunk's rows would be loaded
-// synchronously. The zeros lie past the last column, where the convolution
-// reads padding zeros or nothing: the output keeps the input's width.
+// The chunk kernel reads NCHW input rows (gmma_chunks.cuh), 16-bit ones of
+// any width and address (in 4-byte copies where they are not whole 16-byte
+// units). A channels_last input is copied to NCHW first (relayout.h); in
+// 16-bit, where its rows would not be whole 16-byte units, into rows padded
+// with zero columns to a multiple of 16 bytes instead: the copy is made
+// either way, and the kernel's 16-byte copies are the faster. The zeros lie
+// past the last column, where the convolution reads padding zeros or
+// nothing: the output keeps the input's width.
 at::Tensor chunk_input(const at::Tensor& input) {
   const int64_t unit = 16 / input.element_size(), W = input.size(3);
-  const bool fp32 = input.scalar_type() == at::kFloat;
-  if (fp32 || W % unit == 0) {
-    const auto x = cuda::relayout(input, at::MemoryFormat::Contiguous);
-    if (fp32 || cuda::alignment(x.const_data_ptr()) >= 16) return x;
+  if (!operand(input).nhwc || input.scalar_type() == at::kFloat || W % unit == 0) {
+    return cuda::relayout(input, at::MemoryFormat::Contiguous);
   }
   const int64_t Wp = (W + unit - 1) / unit * unit;
   auto y = at::empty({input.size(0), input.size(1), input.size(2), Wp}, input.options());
@@ -245,8 +244,8 @@ at::Tensor chunk_input(const at::Tensor& input) {
   return y;
 }
 
-// The chunk kernel on its input (chunk_input): the problem of the copy, if
-// one was made, is the original's with the padded width.
+// The chunk kernel on its input (chunk_input): the problem of a padded copy
+// is the original's with the padded width.
 void forward_chunks(
     const cuda::forward::Choice& choice, const cuda::forward::Problem& p,
     const at::Tensor& x, const at::Tensor& w, const at::Tensor* bias,

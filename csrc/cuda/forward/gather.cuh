@@ -107,6 +107,9 @@ struct Params {
   exact::Strides xs;
   int accumulate;  // float: add to y's values (put), as a sliced forward's later slices do
   int ysc, ysm;  // output element strides of a channel and a pixel: NCHW or channels_last
+  // 16-bit NCHW rows of other than whole 16-byte units (the chunk kernel's):
+  // copied as 4-byte words, the patch moved by word_shift
+  int words;
 };
 
 // k steps of the padded reduction (k16 for 16-bit operands and bf16x3 /
@@ -199,13 +202,37 @@ __device__ __forceinline__ int out_pixel(const Params& p, const TileGeom& tg, in
   return pp * p.Q + tg.q0 + (m - pp * tg.Qb);
 }
 
+// p.words: the element (0 or 1) a tile's patch is moved by, so that every
+// 4-byte word of its input rows lands on a 4-byte word of the patch: the
+// parity of the input element at the patch's channel 0, row 0, column 0.
+// The plan gives the patch's row and channel strides the parity of the
+// input's (W, H * W), and a chunk starts at an even channel, so that one
+// element serves every row of every chunk of the tile.
+template <typename T>
+__device__ __forceinline__ int word_shift(const Params& p, const TileGeom& tg) {
+  if (!p.words) return 0;
+  // parities only: 32 bits, wrapping, keep them
+  const unsigned e = (unsigned)(reinterpret_cast<uintptr_t>(p.x) / sizeof(T)) + (unsigned)tg.n * (unsigned)p.xs.n +
+                     (unsigned)tg.h0 * (unsigned)p.W + (unsigned)(4 * tg.q0 - p.PADL);
+  return (int)(e & 1u);
+}
+
+// p.words: a row's words start one element early where its first element
+// is odd (lead), and end one element late where its last is even.
+template <typename T>
+__device__ __forceinline__ int word_lead(const T* src) {
+  return (int)((reinterpret_cast<uintptr_t>(src) / sizeof(T)) & 1);
+}
+
 // Copies the input rows of one tile into the patch: patch column j holds
 // input column 4 q0 - PADL + j. With one block the columns outside [PADL,
 // PADL + wcopy) were zeroed once and are never written again; with column
 // blocks each tile writes its rows' whole width, zeros outside the input.
 // NCH channels from c0 (NCHW; the chunk kernels' chunk): rows of channels
-// past the input's last are zeros.
-template <typename T, int NWARPS = kWarps, int NCH = kC>
+// past the input's last are zeros. WORDS (the 16-bit chunk kernel): rows
+// that are not whole 16-byte units are copied as 4-byte words (p.words),
+// the patch moved by word_shift.
+template <typename T, int NWARPS = kWarps, int NCH = kC, bool WORDS = false>
 __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, T* patch, int warp,
                                            int lane, int c0 = 0) {
   const T* x = static_cast<const T*>(p.x);
@@ -224,6 +251,14 @@ __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, 
       for (int v = lane; v < ne / V; v += 32) cp_async16(dst + v * V, src + v * V);
     } else if constexpr (sizeof(T) == 4) {
       for (int e = lane; e < ne; e += 32) cp_async4(dst + e, src + e);
+    } else if constexpr (WORDS) {
+      // the words holding elements [0, ne), the element beside an odd end
+      // included (clear_word_ends zeroes it once the copy has landed)
+      const int lead = word_lead(src), nw = (ne + lead + 1) >> 1;
+      const uint32_t* s4 = reinterpret_cast<const uint32_t*>(src - lead);
+      uint32_t* d4 = reinterpret_cast<uint32_t*>(dst - lead);
+#pragma unroll 1
+      for (int v = lane; v < nw; v += 32) cp_async4(d4 + v, s4 + v);
     } else {
       for (int e = lane; e < ne; e += 32) dst[e] = src[e];
     }
@@ -233,6 +268,12 @@ __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, 
   // channels_last: the patch is NHWC too, so an input row (W*C contiguous
   // elements) is one contiguous copy.
   const int nrun = p.nhwc ? 1 : NCH;
+  const int shift = WORDS ? word_shift<T>(p, tg) : 0;
+  patch += shift;
+  // p.words: the elements beside a copied row are clear_word_ends's to
+  // zero; an unwritten row of one block zeroes them too (a tile of the
+  // other shift may have left a value there)
+  const int wz = WORDS && p.words ? 1 : 0;
   for (int c = 0; c < nrun; ++c) {
     for (int i = warp; i < tg.rows_in; i += NWARPS) {
       const int h = tg.h0 + i;
@@ -243,12 +284,37 @@ __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, 
                                   : (size_t)tg.n * p.xs.n + ((size_t)(c0 + c) * p.H + h) * p.W + col;
         copy(row + jlo * el, x + src, (jhi - jlo) * el);
         if (edges) {
-          zero(row, 0, jlo * el);
-          zero(row, jhi * el, p.PW * el);
+          zero(row, 0, (jlo - wz) * el);
+          zero(row, (jhi + wz) * el, p.PW * el);
         }
       } else {
-        zero(row, (edges ? 0 : jlo) * el, (edges ? p.PW : jhi) * el);
+        zero(row, (edges ? 0 : max(jlo - wz, -shift)) * el, (edges ? p.PW : jhi + wz) * el);
       }
+    }
+  }
+}
+
+// p.words, once a chunk's copies (load_patch) have landed: the patch
+// columns beside a copied row's are padding or unread, yet may hold a value:
+// the element beside the row that a word at its odd end brought in, or the
+// row's end as a tile of the other shift placed it. The thread that copied
+// the word at that end zeroes each (its own copies are the ones it waited
+// for). Run by every thread of the CTA, with load_patch's arguments; a
+// row's words start where its patch element is odd (the parities match).
+template <typename T, int NWARPS, int NCH>
+__device__ __forceinline__ void clear_word_ends(const Params& p, const TileGeom& tg, T* patch, int warp, int lane,
+                                                int c0) {
+  const int xc0 = 4 * tg.q0 - p.PADL;
+  const int jlo = max(0, -xc0), jhi = max(jlo, min(p.PW, p.W - xc0)), ne = jhi - jlo;
+  const int shift = word_shift<T>(p, tg);
+  if (ne == 0) return;
+  const int ilo = max(0, -tg.h0), ihi = min(tg.rows_in, p.H - tg.h0);  // the rows inside the image
+  for (int c = 0; c < NCH && c0 + c < p.C; ++c) {
+    for (int i = warp; i < ihi; i += NWARPS) {
+      if (i < ilo) continue;
+      const int at = shift + c * p.CS + i * p.rstr + jlo, lead = at & 1;
+      if (lane == 0 && at > 0) patch[at - 1] = from_f<T>(0.f);
+      if (lane == (((ne + lead + 1) >> 1) - 1 & 31)) patch[at + ne] = from_f<T>(0.f);
     }
   }
 }

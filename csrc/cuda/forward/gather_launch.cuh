@@ -42,6 +42,7 @@ inline Params make_params(const Problem& pr, const TilePlan& t, const Args& a, c
   p.shift = t.shift;
   p.wcopy = t.wcopy;
   p.vec = t.vec;
+  p.words = t.words;
   p.cstr = t.cstr;
   p.rstr = t.rstr;
   p.sstr = t.sstr;

@@ -41,6 +41,8 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_chunks_kernel(
   const int buf_elems = NCH * p.CS;
   const int nchunks = chunks_of(MODE, p.C);
   constexpr bool kFp16x3 = fp16x3_of(MODE);
+  // 16-bit rows that are not whole 16-byte units are copied as words (p.words, gather.cuh)
+  constexpr bool kWords = sizeof(T) == 2;
   // 3xFP16: B was scaled by 2^tw (its exponent follows every group's fragments)
   [[maybe_unused]] const int tw =
       kFp16x3 ? *reinterpret_cast<const int*>(p.wfrag + (size_t)gridDim.y * nchunks * (WB / 16)) : 0;
@@ -57,7 +59,7 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_chunks_kernel(
     const uint4* src = wgroup + (size_t)ch * (WB / 16);
     uint4* dst = reinterpret_cast<uint4*>(smem + b * WB);
     for (int i = tid; i < WB / 16; i += NTHR) cp_async16(dst + i, src + i);
-    load_patch<T, NWARPS, NCH>(p, tile_geom(p, tile), patch0 + b * buf_elems, warp, lane, ch * NCH);
+    load_patch<T, NWARPS, NCH, kWords>(p, tile_geom(p, tile), patch0 + b * buf_elems, warp, lane, ch * NCH);
     cp_async_commit();
   };
 
@@ -71,7 +73,7 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_chunks_kernel(
     const bool active = (wg * 64 < p.MT) && (mw < tg.mend);
     const int mrow = mw + wq * 16 + (lane >> 2);  // this thread's rows: mrow, mrow + 8
     int pb[2];
-    patch_offsets<T>(p, tg, mrow, pb);
+    patch_offsets<T>(p, tg, mrow, pb, kWords ? word_shift<T>(p, tg) : 0);
     float acc[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
@@ -81,6 +83,7 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_chunks_kernel(
       // this chunk's copies have landed, and every warpgroup's wgmmas of the
       // last chunk have retired: its buffer may be written again
       cp_async_wait_all();
+      if (kWords && p.words) clear_word_ends<T, NWARPS, NCH>(p, tg, patch0 + buf * buf_elems, warp, lane, ch * NCH);
       fence_proxy_async();
       __syncthreads();
       if constexpr (kFp16x3) {

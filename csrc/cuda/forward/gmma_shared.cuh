@@ -82,14 +82,16 @@ __global__ void prep_weights_gmma_kernel(const T* __restrict__ w, int K, uint4* 
 }
 
 // Byte offsets in the patch of this thread's rows mrow, mrow + 8 (clamped
-// into the tile: they stay within its loaded rows).
+// into the tile: they stay within its loaded rows), in a patch moved by
+// `moved` elements (the chunk kernel's word_shift).
 template <typename T>
-__device__ __forceinline__ void patch_offsets(const Params& p, const TileGeom& tg, int mrow, int (&pb)[2]) {
+__device__ __forceinline__ void patch_offsets(const Params& p, const TileGeom& tg, int mrow, int (&pb)[2],
+                                              int moved = 0) {
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int m = min(mrow + hh * 8, tg.mend - 1);
     const int pp = m / tg.Qb, qq = m - pp * tg.Qb;
-    pb[hh] = (4 * p.rstr * (pp - tg.p_lo) + (4 * qq + p.shift) * p.sstr) * (int)sizeof(T);
+    pb[hh] = (4 * p.rstr * (pp - tg.p_lo) + (4 * qq + p.shift) * p.sstr + moved) * (int)sizeof(T);
   }
 }
 

@@ -49,6 +49,16 @@ TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
   g.PADL = (pad + align - 1) / align * align;
   g.shift = g.PADL - pad;
   const int el = pr.nhwc ? kC : 1;  // elements per pixel in a copied row
+  // The chunk kernel's 16-bit NCHW rows of other than whole 16-byte units
+  // are copied as 4-byte words (gather.cuh's word_shift): patch rows of the
+  // input's parity with room for the element beside each end, channels of
+  // its planes' parity with room for the one-element shift.
+  const bool words = c.mode == k16Chunks && !pr.nhwc && !(W % align == 0 && pr.input_align >= 16);
+  auto row_elems = [&](int pw) { return words ? pw + 2 + (W & 1) : pw; };
+  auto channel_elems = [&](int ph, int pw) {
+    const int e = ph * row_elems(pw);
+    return words ? e + 1 + (int)((e + 1 + (pr.H & pr.W)) & 1) : e;
+  };
 
   // CPS CTAs share an SM's shared memory, each less the per-block reserve
   const int max_smem = c.cps == 1 ? (int)pr.dev.smem_optin
@@ -56,7 +66,7 @@ TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
   const size_t fixed = weight_smem_bytes_of(c.mode, c.nt8, c.gmma) + kKtab * 4 + kMaxK * 4;
   const int pch = chunk_channels_of(c.mode);  // channels in a patch buffer
   auto need = [&](int ph, int pw, int mt) {
-    const size_t patch_bytes = (size_t)c.nbuf * pch * ph * pw * c.elem_bytes;
+    const size_t patch_bytes = (size_t)c.nbuf * pch * channel_elems(ph, pw) * c.elem_bytes;
     // staged rows of MT pixels, + 8: a stride of an odd number of 16-byte
     // units keeps stmatrix and the 16-byte read-back free of bank conflicts;
     // 3xFP16: two floats per warp for the patch's largest magnitude
@@ -94,19 +104,21 @@ TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
   if (g.MT == 0) return g;
   const Blocks b = blocks_of(P, Q, g.QB, g.MT);
   g.PW = b.pw(g.QB, g.shift);
-  g.CS = b.ph(P) * g.PW;
+  g.CS = channel_elems(b.ph(P), g.PW);
   g.nqb = b.nqb;
   g.MTL = b.mt_last;
   g.smem = need(b.ph(P), g.PW, g.MT);
   g.ls = g.MT + 8;
   g.stage = (int)(fixed + (size_t)c.nbuf * pch * g.CS * c.elem_bytes);
   g.cstr = pr.nhwc ? 1 : g.CS;
-  g.rstr = pr.nhwc ? kC * g.PW : g.PW;
+  g.rstr = pr.nhwc ? kC * g.PW : row_elems(g.PW);
   g.sstr = pr.nhwc ? kC : 1;
   g.wcopy = std::min(W, g.PW - g.PADL);
   // 16-byte copies: rows and (one block) the copied run whole 16-byte units;
   // a block's first column 4 q0 - PADL is a multiple of 8
   g.vec = ((W * el) % align == 0 && (g.nqb > 1 || (g.wcopy * el) % align == 0) && pr.input_align >= 16) ? 1 : 0;
+  g.words = words ? 1 : 0;
+  if (c.mode == k16Chunks && !g.vec && !g.words) return g;  // the kernel copies 16-byte units or words
   g.tiles_blk = (P * g.QB + g.MT - 1) / g.MT;
   const int64_t per_img = b.tiles(P, g.QB, g.MT);
   const int64_t total = (int64_t)N * per_img;

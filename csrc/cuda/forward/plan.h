@@ -26,7 +26,7 @@ struct GatherConfig {
 // the kernel's Params (gather.cuh; fields a kernel does not use stay 0).
 struct TilePlan {
   bool fits = false;
-  int MT = 0, PW = 0, CS = 0, PADL = 0, shift = 0, wcopy = 0, vec = 0;
+  int MT = 0, PW = 0, CS = 0, PADL = 0, shift = 0, wcopy = 0, vec = 0, words = 0;
   int cstr = 0, rstr = 0, sstr = 0, stage = 0, ls = 0, gs = 0;
   int tiles_per_img = 0, total_tiles = 0, groups = 1;
   int QB = 0, nqb = 1, tiles_blk = 0, MTL = 0;  // column blocks (gather.cuh's Params)

@@ -314,8 +314,11 @@ Choice select(const Problem& p) {
     const MathMode mode = chunks_mode(p);
     const int nt8 = p.dtype == ScalarType::Float ? nt8_fp32(p.K) : nt8_for(p.K);
     Problem q = p;
-    q.nhwc = false;  // the kernel reads NCHW rows (forward_chunks copies a channels_last input)
-    q.input_align = 16;
+    if (p.nhwc) {  // the kernel reads NCHW rows: forward_chunks copies a channels_last input,
+      q.nhwc = false;  // in 16-bit into rows of whole 16-byte units
+      q.input_align = 16;
+      if (p.dtype != ScalarType::Float) q.W = (p.W + 7) / 8 * 8;
+    }
     if (tf32_groups_pay(p, nt8) && gather_fits(q, mode, nt8, 2, true, 1, false)) {
       Choice c = make(Kernel::kGmmaChunks, p, mode, nt8);
       c.nchw_copy = p.nhwc;
