@@ -311,9 +311,8 @@ at::Tensor conv11s4_cuda(
   check_dtype("alexop.conv11s4", input, kCudaTypes, "CUDA");
   const c10::cuda::CUDAGuard guard(input.device());
   const auto x = dense_input(input);
-  const auto w = weight.contiguous();
   const auto p = forward_problem(
-      cuda::device(x.get_device()), x, w, padding, operand(x), kFresh.align);
+      cuda::device(x.get_device()), x, weight, padding, operand(x), kFresh.align);
   const auto choice = fw::select(p);
   const auto format = output_memory_format(input, weight);
   const int64_t out_size[] = {size[0].expect_int(), size[1].expect_int(),
@@ -323,8 +322,11 @@ at::Tensor conv11s4_cuda(
   const auto cudnn = [&](bool tf32) {
     return cuda::conv11s4_cudnn(input, weight, bias_opt, padding, tf32, format);
   };
+  // the kernels read contiguous weights: a channels_last weight is copied
+  // on their way only, not on cuDNN's
   const auto mine = [&] {
-    return forward_alexop(choice, p, x, w, has_bias ? &b : nullptr, out_size, format);
+    return forward_alexop(choice, p, x, weight.contiguous(),
+                          has_bias ? &b : nullptr, out_size, format);
   };
   if (fw::timed(choice)) {
     // Where the kernel is the guess, cuDNN as accurate as the kernel it may
@@ -334,7 +336,7 @@ at::Tensor conv11s4_cuda(
     const bool guess_cudnn = cuda::cudnn_is_guess(p.dev, false);
     const bool tf32 = guess_cudnn ? cudnn_tf32() : fp32_math() == cuda::Fp32Math::kTf32;
     const auto key = cuda::timed_key(
-        Decision::kForwardKernel, input, input.sizes(), w.size(0), padding,
+        Decision::kForwardKernel, input, input.sizes(), weight.size(0), padding,
         (int64_t)fp32_math(), has_bias, format);
     const auto what = [&] { return fw::name(choice); };
     if (cuda::mine_or_cudnn(key, guess_cudnn, what, mine, [&] { return cudnn(tf32); }) == 1) {
