@@ -224,38 +224,27 @@ void forward_slices(
   }
 }
 
-// The chunk kernel reads NCHW input rows (gmma_chunks.cuh), 16-bit ones of
-// any width and address (in 4-byte copies where they are not whole 16-byte
-// units). A channels_last input is copied to NCHW first (relayout.h); in
-// 16-bit, where its rows would not be whole 16-byte units, into rows padded
-// with zero columns to a multiple of 16 bytes instead: the copy is made
-// either way, and the kernel's 16-byte copies are the faster. The zeros lie
-// past the last column, where the convolution reads padding zeros or
-// nothing: the output keeps the input's width.
-at::Tensor chunk_input(const at::Tensor& input) {
-  const int64_t unit = 16 / input.element_size(), W = input.size(3);
-  if (!operand(input).nhwc || input.scalar_type() == at::kFloat || W % unit == 0) {
-    return cuda::relayout(input, at::MemoryFormat::Contiguous);
-  }
-  const int64_t Wp = (W + unit - 1) / unit * unit;
-  auto y = at::empty({input.size(0), input.size(1), input.size(2), Wp}, input.options());
-  y.narrow(3, W, Wp - W).zero_();
-  y.narrow(3, 0, W).copy_(input);
+// The chunk kernel's input (forward::chunk_input_problem): x itself where
+// it is NCHW, else an NCHW copy, `width` columns wide (the columns past x's
+// zeros, where the convolution reads padding zeros or nothing: the output
+// keeps x's width).
+at::Tensor chunk_input(const at::Tensor& x, int64_t width) {
+  const int64_t W = x.size(3);
+  if (width == W) return cuda::relayout(x, at::MemoryFormat::Contiguous);
+  auto y = at::empty({x.size(0), x.size(1), x.size(2), width}, x.options());
+  y.narrow(3, W, width - W).zero_();
+  y.narrow(3, 0, W).copy_(x);
   return y;
 }
 
-// The chunk kernel on its input (chunk_input): the problem of a padded copy
-// is the original's with the padded width.
+// The chunk kernel on its input (chunk_input).
 void forward_chunks(
     const cuda::forward::Choice& choice, const cuda::forward::Problem& p,
     const at::Tensor& x, const at::Tensor& w, const at::Tensor* bias,
     const at::Tensor& output) {
-  const auto xc = chunk_input(x);
-  auto pc = p;
-  const auto o = operand(xc);
-  pc.nhwc = o.nhwc;
-  pc.input_align = o.align;
-  pc.W = xc.size(3);
+  auto pc = cuda::forward::chunk_input_problem(p);
+  const auto xc = chunk_input(x, pc.W);
+  pc.input_align = operand(xc).align;
   cuda::forward::launch(choice, pc, {xc, w, bias, output});
 }
 

@@ -313,13 +313,7 @@ Choice select(const Problem& p) {
   if (chunks_shape(p) && nhwc_copy_pays(p)) {
     const MathMode mode = chunks_mode(p);
     const int nt8 = p.dtype == ScalarType::Float ? nt8_fp32(p.K) : nt8_for(p.K);
-    Problem q = p;
-    if (p.nhwc) {  // the kernel reads NCHW rows: forward_chunks copies a channels_last input,
-      q.nhwc = false;  // in 16-bit into rows of whole 16-byte units
-      q.input_align = 16;
-      if (p.dtype != ScalarType::Float) q.W = (p.W + 7) / 8 * 8;
-    }
-    if (tf32_groups_pay(p, nt8) && gather_fits(q, mode, nt8, 2, true, 1, false)) {
+    if (tf32_groups_pay(p, nt8) && gather_fits(chunk_input_problem(p), mode, nt8, 2, true, 1, false)) {
       Choice c = make(Kernel::kGmmaChunks, p, mode, nt8);
       c.nchw_copy = p.nhwc;
       return c;
@@ -343,6 +337,16 @@ Choice select(const Problem& p) {
   }
   if (!tc_shape(p)) return cudnn(p);
   return p.dtype == ScalarType::Float ? select_fp32(p) : select_16(p);
+}
+
+Problem chunk_input_problem(const Problem& p) {
+  Problem q = p;
+  if (p.nhwc) {
+    q.nhwc = false;
+    q.input_align = 16;  // a fresh copy
+    if (p.dtype != ScalarType::Float) q.W = (p.W + 7) / 8 * 8;  // 16-bit rows of whole 16-byte units
+  }
+  return q;
 }
 
 namespace {

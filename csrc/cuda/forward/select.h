@@ -49,6 +49,12 @@ struct Choice {
 
 Choice select(const Problem& p);
 
+// The input the chunk kernel reads for p (forward_chunks makes it): NCHW,
+// so a channels_last input is copied; in 16-bit into rows padded with zero
+// columns to whole 16-byte units, which the kernel copies whole (the copy
+// is made either way). An NCHW input is read as it is, at any width.
+Problem chunk_input_problem(const Problem& p);
+
 // Whether the chosen kernel writes the output at its strides, NCHW or
 // channels_last (every tensor-core kernel); the reference kernel writes NCHW.
 bool any_output_layout(const Choice& c);
