@@ -218,11 +218,14 @@ __device__ __forceinline__ int word_shift(const Params& p, const TileGeom& tg) {
 }
 
 // p.words: a row's words start one element early where its first element
-// is odd (lead), and end one element late where its last is even.
+// is odd (lead), and end one element late where its last is even: the words
+// of a row of ne elements (load_patch copies them; clear_word_ends finds
+// the lane that copied the last).
 template <typename T>
 __device__ __forceinline__ int word_lead(const T* src) {
   return (int)((reinterpret_cast<uintptr_t>(src) / sizeof(T)) & 1);
 }
+__device__ __forceinline__ int row_words(int ne, int lead) { return (ne + lead + 1) >> 1; }
 
 // Copies the input rows of one tile into the patch: patch column j holds
 // input column 4 q0 - PADL + j. With one block the columns outside [PADL,
@@ -254,7 +257,7 @@ __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, 
     } else if constexpr (WORDS) {
       // the words holding elements [0, ne), the element beside an odd end
       // included (clear_word_ends zeroes it once the copy has landed)
-      const int lead = word_lead(src), nw = (ne + lead + 1) >> 1;
+      const int lead = word_lead(src), nw = row_words(ne, lead);
       const uint32_t* s4 = reinterpret_cast<const uint32_t*>(src - lead);
       uint32_t* d4 = reinterpret_cast<uint32_t*>(dst - lead);
 #pragma unroll 1
@@ -314,7 +317,7 @@ __device__ __forceinline__ void clear_word_ends(const Params& p, const TileGeom&
       if (i < ilo) continue;
       const int at = shift + c * p.CS + i * p.rstr + jlo, lead = at & 1;
       if (lane == 0 && at > 0) patch[at - 1] = from_f<T>(0.f);
-      if (lane == (((ne + lead + 1) >> 1) - 1 & 31)) patch[at + ne] = from_f<T>(0.f);
+      if (lane == ((row_words(ne, lead) - 1) & 31)) patch[at + ne] = from_f<T>(0.f);
     }
   }
 }

@@ -311,9 +311,9 @@ __device__ __forceinline__ void wgrad_tiles(const Params<T>& p, unsigned char* s
 constexpr int kReduceWarps = 8;
 static_assert(32 * kReduceWarps == 256, "ALEXOP_CTAS_OF_256 counts CTAs of 256 threads");
 template <typename T, int kM, int CH>
-__global__ void __launch_bounds__(32 * kReduceWarps, ALEXOP_CTAS_OF_256) reduce_planes_kernel(const float* __restrict__ ws, int S, int K,
-                                                                       T* __restrict__ gw, T* __restrict__ gb,
-                                                                       const exact::WgradOperands o) {
+__global__ void __launch_bounds__(32 * kReduceWarps, ALEXOP_CTAS_OF_256)
+    reduce_planes_kernel(const float* __restrict__ ws, int S, int K, T* __restrict__ gw, T* __restrict__ gb,
+                         const exact::WgradOperands o) {
   using G = Geo<CH>;
   __shared__ float part[kReduceWarps][32];
   pdl_wait();  // for wgrad_planes_kernel's partials
