@@ -279,6 +279,13 @@ __device__ __forceinline__ uint64_t gmma_desc(uint32_t saddr, uint32_t lbo, uint
 }
 // The weights' layout in the kernels: lbo 128, sbo 256.
 __device__ __forceinline__ uint64_t gmma_desc(uint32_t saddr) { return gmma_desc(saddr, 128, 256); }
+// desc moved by `bytes` (a multiple of 16, staying in shared memory): the
+// start address never carries out of the low word, so a 32-bit add of it
+// does, and the high word stays the constant it was; a 64-bit add costs a
+// carry chain and a second register move to the uniform datapath each time.
+__device__ __forceinline__ uint64_t gmma_desc_plus(uint64_t desc, uint32_t bytes) {
+  return (desc & ~0xFFFFFFFFull) | (uint32_t)((uint32_t)desc + (bytes >> 4));
+}
 
 // stmatrix: four 8 x 8 b16 matrices, transposed, to shared memory (lane l
 // gives the address of row l & 7 of matrix l >> 3).

@@ -119,8 +119,7 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
     if (active) {
       int pb[2];
       patch_offsets<T>(p, tg, mrow, pb);
-      mma_steps<TA, MODE, NT8, KS>(reinterpret_cast<const unsigned char*>(patch0 + buf * buf_elems), pb, offk,
-                                   desc0, t, acc);
+      mma_steps<TA, MODE, NT8, KS>(smem_offset(patch0 + buf * buf_elems, smem), pb, offk, desc0, t, acc);
 #pragma unroll
       for (int i = 0; i < NACC; ++i) pin(acc[i]);
       if constexpr (MODE == k3xFp16) {

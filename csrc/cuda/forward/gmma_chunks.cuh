@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kGThreads, 1) conv11s4_fwd_gmma_chunks_kernel(
       if (ch + 1 < nchunks) load(tile, ch + 1, buf ^ 1);
       else if (next < p.total_tiles) load(next, 0, buf ^ 1);
       if (active)
-        mma_steps<TA, MODE, NT8, KS>(reinterpret_cast<const unsigned char*>(patch0 + buf * buf_elems), pb, offk,
+        mma_steps<TA, MODE, NT8, KS>(smem_offset(patch0 + buf * buf_elems, smem), pb, offk,
                                      gmma_desc(smem_u32(smem + buf * WB)), t, acc);
       buf ^= 1;
     }

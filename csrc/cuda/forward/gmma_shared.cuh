@@ -95,15 +95,24 @@ __device__ __forceinline__ void patch_offsets(const Params& p, const TileGeom& t
   }
 }
 
+// The dynamic shared memory that each forward wgmma kernel lays out as its
+// own `smem`, from the same base: mma_steps reads the patch through it.
+extern __shared__ __align__(16) unsigned char gather_smem[];
+// Byte offset of p in a kernel's shared memory smem (mma_steps's `patch`).
+template <typename T>
+__device__ __forceinline__ uint32_t smem_offset(const T* p, const unsigned char* smem) {
+  return (uint32_t)(reinterpret_cast<const unsigned char*>(p) - smem);
+}
+
 // A fragment of k step s (m16n8k16 / m16n8k8 order for this warp's 16 rows)
-// from the patch Pb; 3xFP16 also As, the small parts: a patch word is one
-// element's (hi, lo).
+// from the patch rows at byte offsets pb of gather_smem; 3xFP16 also As, the
+// small parts: a patch word is one element's (hi, lo).
 template <int MODE>
-__device__ __forceinline__ void gather_a(const unsigned char* Pb, const int (&pb)[2], const int* offk, int s, int t,
-                                         uint32_t (&A)[4], uint32_t (&As)[4]) {
+__device__ __forceinline__ void gather_a(const int (&pb)[2], const int* offk, int s, int t, uint32_t (&A)[4],
+                                         uint32_t (&As)[4]) {
   const int2* offk2 = reinterpret_cast<const int2*>(offk);
-  auto ld32 = [&](int off) { return *reinterpret_cast<const uint32_t*>(Pb + off); };
-  auto ld16 = [&](int off) { return (uint32_t)*reinterpret_cast<const uint16_t*>(Pb + off); };
+  auto ld32 = [&](int off) { return *reinterpret_cast<const uint32_t*>(gather_smem + off); };
+  auto ld16 = [&](int off) { return (uint32_t)*reinterpret_cast<const uint16_t*>(gather_smem + off); };
   if constexpr (fp16x3_of(MODE)) {
     const int2 lo = offk2[s * 8 + t], hi = offk2[s * 8 + t + 4];
     const int2 ko[2] = {lo, hi};
@@ -190,7 +199,8 @@ __device__ __forceinline__ void scale_acc(float* acc, int d) {
 }
 
 // KS k steps of one warpgroup's wgmmas into acc, A gathered from the patch
-// Pb (rows at pb), B from the weights at descriptor desc0 (3xTF32, 3xFP16:
+// at byte `patch` of the shared memory (rows at pb in it), B from the
+// weights at descriptor desc0 (3xTF32, 3xFP16:
 // the small parts in a second block of KS * NT8 * 256 bytes). Each A buffer
 // is refilled only after the wait that retires the wgmma reading it (ptxas
 // serializes the wgmmas otherwise), AHEAD steps before its own wgmma, so the
@@ -198,15 +208,20 @@ __device__ __forceinline__ void scale_acc(float* acc, int d) {
 // three wgmmas in flight (measured faster than two). 3xTF32 splits A into
 // big (A) and small (As) parts as it is gathered. Returns with every wgmma
 // retired.
+// The rows' addresses are formed once and hidden from the optimizer, which
+// otherwise re-associates them into every load's address (two integer ops a
+// load instead of one); the descriptor moves by its low word alone.
 template <typename TA, int MODE, int NT8, int KS>
-__device__ __forceinline__ void mma_steps(const unsigned char* Pb, const int (&pb)[2], const int* offk,
-                                          uint64_t desc0, int t, float* acc) {
+__device__ __forceinline__ void mma_steps(uint32_t patch, const int (&pb)[2], const int* offk, uint64_t desc0, int t,
+                                          float* acc) {
   constexpr bool kFp32 = std::is_same_v<TA, float>;  // k8 steps
   constexpr int NB = kFp32 ? 6 : 4, AHEAD = kFp32 ? 3 : 2;
-  constexpr uint64_t kSmallB = (uint64_t)(KS * NT8 * 256) >> 4;
+  constexpr uint32_t kSmallB = KS * NT8 * 256;
   uint32_t A[NB][4], As[split_b<MODE>() ? NB : 1][4];
+  int rows[2] = {(int)patch + pb[0], (int)patch + pb[1]};
+  asm("" : "+r"(rows[0]), "+r"(rows[1]));
   auto fill = [&](int s, int u) {
-    gather_a<MODE>(Pb, pb, offk, s, t, A[u], As[split_b<MODE>() ? u : 0]);
+    gather_a<MODE>(rows, offk, s, t, A[u], As[split_b<MODE>() ? u : 0]);
     if constexpr (MODE == k3xTf32) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) split_3xtf32(__uint_as_float(A[u][e]), A[u][e], As[u][e]);
@@ -219,12 +234,12 @@ __device__ __forceinline__ void mma_steps(const unsigned char* Pb, const int (&p
 #pragma unroll
     for (int u = 0; u < NB; ++u) {
       if (s + u < KS) {
-        const uint64_t desc = desc0 + (uint64_t)(((s + u) * NT8 * 256) >> 4);
+        const uint64_t desc = gmma_desc_plus(desc0, (s + u) * NT8 * 256);
         gmma_fence();
         if constexpr (split_b<MODE>()) {
           // small products first, into the same fp32 accumulators
           gmma_rs<TA, NT8>(acc, As[u], desc);
-          gmma_rs<TA, NT8>(acc, A[u], desc + kSmallB);
+          gmma_rs<TA, NT8>(acc, A[u], gmma_desc_plus(desc, kSmallB));
         }
         gmma_rs<TA, NT8>(acc, A[u], desc);
         gmma_commit();
