@@ -310,6 +310,29 @@ def test_forward_planes_fewer_channels(c, shape, dtype, bias):
         assert guesses(names)["forward"] == f"fwd_planes_{kind}_{c}ch_c{k}", names
 
 
+# More than 96 filters on the phase planes (outputs 48-55 wide): one launch a filter group of
+# equal width up to 96 (100 and 128 filters: two of 64; 200: three of 72; 384: four of 96),
+# each writing its channels of the output in either layout; 1 and 2 channels from NCHW too.
+# Every output written, within the mode's bound of float64.
+@pytest.mark.parametrize("k", [100, 128, 200, 384])
+@pytest.mark.parametrize("c,dtype,mode,bound,channels_last", [
+    pytest.param(3, torch.bfloat16, "highest", REL_L2[torch.bfloat16], False, id="bf16-nchw"),
+    pytest.param(3, torch.bfloat16, "highest", REL_L2[torch.bfloat16], True, id="bf16-nhwc"),
+    pytest.param(3, torch.float16, "highest", REL_L2[torch.float16], True, id="fp16-nhwc"),
+    pytest.param(3, torch.float32, "medium", 1e-3, False, id="tf32-nchw"),
+    pytest.param(3, torch.float32, "medium", 1e-3, True, id="tf32-nhwc"),
+    pytest.param(1, torch.bfloat16, "highest", REL_L2[torch.bfloat16], False, id="bf16-1ch"),
+    pytest.param(2, torch.float16, "highest", REL_L2[torch.float16], False, id="fp16-2ch"),
+])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+def test_forward_planes_filter_groups(k, c, dtype, mode, bound, channels_last, bias):
+    names = _check_forward((16, c, k, 224, 224, 2), dtype, mode, bound, bias, channels_last)
+    if wgmma_kernels_run():
+        kind = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "tf32"}[dtype]
+        few = "" if c == 3 else f"_{c}ch"
+        assert guesses(names)["forward"] == f"fwd_planes_{kind}{few}_split_g{64 if k <= 128 else 96}", names
+
+
 # The phase-plane weight gradient reads grad_output from the 16-byte boundary at or before it
 # (so at any alignment) and its slices of 96 filters in place (160 filters: 96 + 64): the same
 # bits from a grad_output 6 bytes off a boundary as from an aligned one.

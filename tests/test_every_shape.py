@@ -177,8 +177,8 @@ def test_first_layer_choices(c, k, want, on_hopper):
 
 
 # Where Hopper's chunk kernel runs (64 images of 224 x 224, padding 2): 4-16 channels, in TF32
-# also 1 and 2, in 16-bit 1 and 2 but where the phase planes run (K <= 96 from NCHW; a
-# 1-channel input is NCHW in either format); from channels_last it pays its NCHW copy except where cuDNN's channels_last
+# also 1 and 2, in 16-bit 1 and 2 but where the phase planes run (from NCHW, more than 96
+# filters in groups; a 1-channel input is NCHW in either format); from channels_last it pays its NCHW copy except where cuDNN's channels_last
 # kernels are quick (16-bit: 13-16 channels at 64 or 128 filters; TF32: 6-8 channels at 16
 # filters, 9-16 channels but at 16 filters or 65-96 of up to 12 channels); in TF32 from 9
 # channels a last group of filters less than half full (128 = 96 + 32), and from 13 channels
@@ -204,8 +204,8 @@ HOPPER_CHUNK_CHOICES = [
     # TF32 1 and 2 channels too (128 or 256 reduction slots against pad3's 368)
     (1, 96, "tf32", False, "fwd_gmma_chunks_tf32_c96"),
     (2, 64, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c64"),
-    (1, 192, "bf16", False, "fwd_gmma_chunks_bf16_split_g128"),
-    (2, 128, "bf16", False, "fwd_gmma_chunks_bf16_c128"),
+    (1, 192, "bf16", False, "fwd_planes_bf16_1ch_split_g96"),
+    (2, 128, "bf16", False, "fwd_planes_bf16_2ch_split_g64"),
     (2, 96, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c96"),
     (1, 96, "bf16", True, "fwd_planes_bf16_1ch_c96"),
     (2, 64, "bf16", False, "fwd_planes_bf16_2ch_c64"),

@@ -3,7 +3,8 @@
 // (the float32 forward under torch.set_float32_matmul_precision("medium"))
 // and bf16 / fp16 (even padding and width), NCHW or channels_last, for
 // images whose outputs are 48 to 55 pixels wide (AlexNet's 224 x 224 with
-// padding 2, 227 x 227 without), K <= 96, batches of one tile per SM or more.
+// padding 2, 227 x 227 without), K <= 96 a launch (more in filter groups,
+// forward/launch.cu), batches of one tile per SM or more.
 //
 // Why kernels of their own: the gather kernels form every A fragment in
 // registers (table loads, patch loads, cvt or ldmatrix per k step), which
@@ -229,6 +230,7 @@ struct Params {
   const T* w;  // the weights as given (K, C, 11, 11): the exact recomputation reads them
   int accumulate;  // float: add to y's values (put), as a sliced forward's later slices do
   int ysc, ysm;    // output element strides of a channel and a pixel: NCHW or channels_last
+  int64_t ysn;     // and of an image (y may be a filter group's channels of a wider output)
 };
 
 // B for NT channels in wgmma's K-major layout: per k step two blocks (its
@@ -484,13 +486,13 @@ __device__ __forceinline__ void store_tiles(const Params<T>& p, const uint16_t* 
       const int f = f0 + lane + 32 * k, pp = f / kQf, q = f - kQf * pp;
       go[k] = q < p.Q && pp < p.P ? pp * p.Q + q : -1;
     }
-    uint16_t* img = y + (int64_t)n * p.K * p.PQ;
+    uint16_t* img = y + n * p.ysn;
     mbar_wait(s_sfull, it & 1);
     if (p.ysc == 1) {  // channels_last: a pixel's K channels are contiguous
-      store_staged_nhwc(stage, kLs, p.K, kMT, img, p.K,
+      store_staged_nhwc(stage, kLs, p.K, kMT, img, p.ysm,
                         [&](int i) -> int64_t {
                           const int f = f0 + i, pp = f / kQf, q = f - kQf * pp;
-                          return q < p.Q && pp < p.P ? (int64_t)(pp * p.Q + q) * p.K : -1;
+                          return q < p.Q && pp < p.P ? (int64_t)(pp * p.Q + q) * p.ysm : -1;
                         },
                         warp, 4, lane);
       mbar_arrive_if(s_sempty, true);
@@ -498,7 +500,7 @@ __device__ __forceinline__ void store_tiles(const Params<T>& p, const uint16_t* 
     }
     for (int ch = warp; ch < p.K; ch += 4) {
       const uint16_t* srow = stage + ch * kLs + lane;
-      uint16_t* yrow = img + ch * p.PQ;
+      uint16_t* yrow = img + (int64_t)ch * p.ysc;
       uint16_t v[kPer];
 #pragma unroll
       for (int k = 0; k < kPer; ++k) v[k] = srow[32 * k];
@@ -591,10 +593,10 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
       for (int h = 0; h < 2; ++h) {
         const int f = fa + 8 * h, pp = f / kQf, q = f - kQf * pp;
         ok[h] = q < p.Q && pp < p.P;
-        off[h] = (int64_t)n * p.K * p.PQ + (int64_t)(pp * p.Q + q) * p.ysm;
+        off[h] = n * p.ysn + (int64_t)(pp * p.Q + q) * p.ysm;
       }
-      // channels_last and K even: channels c0, c0 + 1 of a pixel in one store
-      const bool pairs = p.ysc == 1 && p.K % 2 == 0;
+      // channels_last, K and the pixel stride even: channels c0, c0 + 1 of a pixel in one store
+      const bool pairs = p.ysc == 1 && p.K % 2 == 0 && p.ysm % 2 == 0;
       with_accumulate<T>(p.accumulate, [&](auto add) {
         if (pairs) {
 #pragma unroll
@@ -730,6 +732,7 @@ void launch(const Problem& pr, const Args& a) {
   p.y = static_cast<T*>(a.output.data_ptr());
   p.ysc = (int)a.output.stride(1);
   p.ysm = (int)a.output.stride(3);
+  p.ysn = a.output.stride(0);
   p.accumulate = a.accumulate ? 1 : 0;
   allow_max_dynamic_smem(conv11s4_fwd_planes_kernel<T, NT8>);
   launch_dependent(conv11s4_fwd_planes_kernel<T, NT8>, (unsigned)std::min<int64_t>(total, pr.dev.num_sms),

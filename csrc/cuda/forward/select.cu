@@ -25,11 +25,11 @@
 //  shorten the busiest SM's queue by 10%, else all channels in one group
 //  (K <= 96; groups of 48 where that does not fit)  -> mma.sync (else cudnn)
 // float32, Fp32Math::kTf32 ("medium"):
-// 12. wgmma, planes_shape                           -> planes TF32 [no gather: A by descriptor]
+// 12. wgmma, planes_shape                           -> planes TF32, groups of up to 96, a launch each [no gather: A by descriptor]
 // 13. wgmma                                         -> gmma TF32, groups of 64 | 96
 // 14. otherwise                                     -> mma.sync TF32, groups of 64 | 96 (else cudnn)
 // bf16 / fp16 (mode: k16Pairs for NCHW of even padding, else k16):
-// 15. wgmma, planes_shape, planes16_aligned         -> planes 16-bit
+// 15. wgmma, planes_shape, planes16_aligned         -> planes 16-bit, the same groups
 // 16. wgmma, staged_fills, s2d_aligned              -> space-to-depth, NCHW or channels_last [ldmatrix, no table]
 // 17. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
 // 18. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
@@ -73,8 +73,12 @@ bool tc_shape(const Problem& p) { return p.C == kC && tc_limits(p); }
 // slice's sum added in memory, are the more accurate.
 constexpr int64_t kMaxFp16x3ChunkChannels = 5;
 
-// The phase-plane kernels serve outputs 48 to 55 wide (AlexNet's) and K <= 96.
-bool planes_shape(const Problem& p) { return p.K <= 96 && p.Q >= 48 && p.Q <= 55; }
+// The phase-plane kernels serve outputs 48 to 55 wide (AlexNet's), more
+// than 96 filters in groups (planes_group_width), one launch a group.
+bool planes_shape(const Problem& p) { return p.Q >= 48 && p.Q <= 55; }
+
+// A CTA's filters, 64 or 96, for groups as wide as planes_group_width.
+int planes_nt8(int64_t K) { return planes_group_width(K) <= 64 ? 8 : 12; }
 
 // Their 16-bit copies move aligned 4-byte words, each within one column pair.
 bool planes16_aligned(const Problem& p) { return p.pad % 2 == 0 && p.W % 2 == 0 && p.input_align >= 4; }
@@ -93,7 +97,7 @@ bool few16_chunks_pay(const Problem& p) {
   Problem q = p;
   q.C = kC;
   q.input_align = 16;  // the padded copy
-  return p.nhwc || !(planes_shape(q) && planes16_aligned(q) && planes_fit(q, nt8_for(p.K)));
+  return p.nhwc || !(planes_shape(q) && planes16_aligned(q) && planes_fit(q, planes_nt8(p.K)));
 }
 
 // The phase planes of a 16-bit NCHW input of 1 or 2 channels, where the
@@ -101,7 +105,7 @@ bool few16_chunks_pay(const Problem& p) {
 // zero, so no zero-padded copy (S26: the copy took a quarter of pad3's time).
 bool planes_few(const Problem& p) {
   return p.dtype != ScalarType::Float && p.dev.sm90a && p.C >= 1 && p.C < kC && !p.nhwc && tc_limits(p) &&
-         planes_shape(p) && planes16_aligned(p) && planes_fit(p, nt8_for(p.K));
+         planes_shape(p) && planes16_aligned(p) && planes_fit(p, planes_nt8(p.K));
 }
 
 // The chunk kernel: sm_90a, 4 to kMaxSlicedChannels channels, TF32 or
@@ -276,16 +280,17 @@ Choice select_fp32(const Problem& p) {
       return gather_fits(p, k3xTf32, 6, 1, true, 1, false) ? make(Kernel::kGmma, p, k3xTf32, 6) : cudnn(p);
     return mma_fp32_accurate(p, k3xTf32);
   }
+  if (wgmma && planes_shape(p) && planes_fit(p, planes_nt8(p.K))) return make(Kernel::kPlanes, p, kTf32, planes_nt8(p.K));
   const int nt8 = nt8_fp32(p.K);
-  if (wgmma && planes_shape(p) && planes_fit(p, nt8)) return make(Kernel::kPlanes, p, kTf32, nt8);
   if (wgmma && gather_fits(p, kTf32, nt8, 1, true, 1, false)) return make(Kernel::kGmma, p, kTf32, nt8);
   return mma_sync(p, kTf32, nt8, 1, {8});
 }
 
 Choice select_16(const Problem& p) {
   const bool wgmma = p.dev.sm90a;
+  if (wgmma && planes_shape(p) && planes16_aligned(p) && planes_fit(p, planes_nt8(p.K)))
+    return make(Kernel::kPlanes, p, k16, planes_nt8(p.K));
   const int nt8 = nt8_for(p.K);
-  if (wgmma && planes_shape(p) && planes16_aligned(p) && planes_fit(p, nt8)) return make(Kernel::kPlanes, p, k16, nt8);
   const MathMode mode = !p.nhwc && p.pad % 2 == 0 ? k16Pairs : k16;
   if (wgmma && staged_fills(p)) {
     if (s2d_aligned(p) && plan_s2d(p, nt8).fits) return make(Kernel::kS2d, p, p.nhwc ? k16S2dNhwc : k16S2d, nt8);
@@ -301,6 +306,11 @@ constexpr const char* kKernelNames[] = {"none",          "fwd_generic", "fwd_pla
                                         "fwd_gmma_2cta", "fwd_gmma",    "fwd_mma",         "fwd_gmma_chunks", "fwd_cudnn"};
 
 }  // namespace
+
+int64_t planes_group_width(int64_t K) {
+  const int64_t groups = (K + 95) / 96;
+  return ((K + groups - 1) / groups + 7) / 8 * 8;
+}
 
 Choice select(const Problem& p) {
   if (p.N == 0) {
@@ -320,7 +330,7 @@ Choice select(const Problem& p) {
     }
   }
   if (planes_few(p)) {
-    Choice c = make(Kernel::kPlanes, p, k16, nt8_for(p.K));
+    Choice c = make(Kernel::kPlanes, p, k16, planes_nt8(p.K));
     c.input_channels = (int)p.C;
     return c;
   }

@@ -49,6 +49,11 @@ struct Choice {
 
 Choice select(const Problem& p);
 
+// Filters of each phase-plane launch for K filters: K in as few groups of
+// up to 96 as hold them, of equal width (a multiple of 8; the last may be
+// narrower), so that 128 filters run as two of 64 rather than 96 + 32.
+int64_t planes_group_width(int64_t K);
+
 // The input the chunk kernel reads for p (forward_chunks makes it): NCHW,
 // so a channels_last input is copied; in 16-bit into rows padded with zero
 // columns to whole 16-byte units, which the kernel copies whole (the copy
