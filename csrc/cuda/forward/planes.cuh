@@ -230,7 +230,7 @@ struct Params {
   const T* w;  // the weights as given (K, C, 11, 11): the exact recomputation reads them
   int accumulate;  // float: add to y's values (put), as a sliced forward's later slices do
   int ysc, ysm;    // output element strides of a channel and a pixel: NCHW or channels_last
-  int64_t ysn;     // and of an image (y may be a filter group's channels of a wider output)
+  int ysn;         // and of an image (y may be a filter group's channels of a wider output)
 };
 
 // B for NT channels in wgmma's K-major layout: per k step two blocks (its
@@ -470,8 +470,11 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
 // The store warpgroup: a staged tile channel by channel, a warp's lanes on
 // consecutive flat pixels (a row's real pixels are contiguous in NCHW), each
 // lane 6 pixels 32 apart whose output offsets serve every channel; or, for a
-// channels_last output, pixel by pixel (store_staged_nhwc).
-template <typename T>
+// channels_last output, pixel by pixel (store_staged_nhwc). SLICE: y is a
+// filter group's channels of a wider output (its strides in p), else a
+// whole output, whose strides follow from K: that case's code, compiled
+// apart, measured faster than the general one's (perf-history S38).
+template <typename T, bool SLICE>
 __device__ __forceinline__ void store_tiles(const Params<T>& p, const uint16_t* stage, uint32_t s_sfull,
                                             uint32_t s_sempty, int t) {
   constexpr int kPer = kMT / 32;
@@ -486,13 +489,14 @@ __device__ __forceinline__ void store_tiles(const Params<T>& p, const uint16_t* 
       const int f = f0 + lane + 32 * k, pp = f / kQf, q = f - kQf * pp;
       go[k] = q < p.Q && pp < p.P ? pp * p.Q + q : -1;
     }
-    uint16_t* img = y + n * p.ysn;
+    uint16_t* img = y + (SLICE ? (int64_t)n * p.ysn : (int64_t)n * p.K * p.PQ);
     mbar_wait(s_sfull, it & 1);
-    if (p.ysc == 1) {  // channels_last: a pixel's K channels are contiguous
-      store_staged_nhwc(stage, kLs, p.K, kMT, img, p.ysm,
+    if (p.ysc == 1) {  // channels_last: a pixel's channels are contiguous
+      const int ks = SLICE ? p.ysm : p.K;  // the pixel stride
+      store_staged_nhwc(stage, kLs, p.K, kMT, img, ks,
                         [&](int i) -> int64_t {
                           const int f = f0 + i, pp = f / kQf, q = f - kQf * pp;
-                          return q < p.Q && pp < p.P ? (int64_t)(pp * p.Q + q) * p.ysm : -1;
+                          return q < p.Q && pp < p.P ? (int64_t)(pp * p.Q + q) * ks : -1;
                         },
                         warp, 4, lane);
       mbar_arrive_if(s_sempty, true);
@@ -500,7 +504,7 @@ __device__ __forceinline__ void store_tiles(const Params<T>& p, const uint16_t* 
     }
     for (int ch = warp; ch < p.K; ch += 4) {
       const uint16_t* srow = stage + ch * kLs + lane;
-      uint16_t* yrow = img + (int64_t)ch * p.ysc;
+      uint16_t* yrow = SLICE ? img + (int64_t)ch * p.ysc : img + ch * p.PQ;
       uint16_t v[kPer];
 #pragma unroll
       for (int k = 0; k < kPer; ++k) v[k] = srow[32 * k];
@@ -519,7 +523,7 @@ __device__ __forceinline__ void store_tiles(const Params<T>& p, const uint16_t* 
 // released. kLag = 2 measured faster than 1, 3 or 4 (TF32).
 constexpr int kLag = 2;
 
-template <typename T, int NT8>
+template <typename T, int NT8, bool SLICE>
 __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32_t s_b, const float* sbias,
                                         uint32_t s_full, uint32_t s_empty, unsigned char* stage, uint32_t s_sfull,
                                         uint32_t s_sempty, int tid) {
@@ -593,10 +597,10 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
       for (int h = 0; h < 2; ++h) {
         const int f = fa + 8 * h, pp = f / kQf, q = f - kQf * pp;
         ok[h] = q < p.Q && pp < p.P;
-        off[h] = n * p.ysn + (int64_t)(pp * p.Q + q) * p.ysm;
+        off[h] = (SLICE ? (int64_t)n * p.ysn : (int64_t)n * p.K * p.PQ) + (int64_t)(pp * p.Q + q) * p.ysm;
       }
       // channels_last, K and the pixel stride even: channels c0, c0 + 1 of a pixel in one store
-      const bool pairs = p.ysc == 1 && p.K % 2 == 0 && p.ysm % 2 == 0;
+      const bool pairs = p.ysc == 1 && p.K % 2 == 0 && (!SLICE || p.ysm % 2 == 0);
       with_accumulate<T>(p.accumulate, [&](auto add) {
         if (pairs) {
 #pragma unroll
@@ -629,7 +633,7 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
 }
 #endif
 
-template <typename T, int NT8>
+template <typename T, int NT8, bool SLICE>
 __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(const Params<T> p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = Layout<T>;
@@ -663,7 +667,8 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
   __syncthreads();
   if (tid >= 128 * (kConsumers + 1)) {
     if constexpr (L::kStaged)
-      store_tiles(p, reinterpret_cast<const uint16_t*>(stage), s_sfull, s_sempty, tid - 128 * (kConsumers + 1));
+      store_tiles<T, SLICE>(p, reinterpret_cast<const uint16_t*>(stage), s_sfull, s_sempty,
+                            tid - 128 * (kConsumers + 1));
   } else if (tid >= 128 * kConsumers) {
     const int t = tid - 128 * kConsumers;
     if constexpr (std::is_same_v<T, float>) {
@@ -691,7 +696,7 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
     cp_async_wait_all();
     fence_proxy_async();  // for the tensor cores
     asm volatile("bar.sync 1, %0;\n" ::"n"(128 * kConsumers) : "memory");
-    consume<T, NT8>(p, s_a, s_b, sbias, s_full, s_empty, stage, s_sfull, s_sempty, tid);
+    consume<T, NT8, SLICE>(p, s_a, s_b, sbias, s_full, s_empty, stage, s_sfull, s_sempty, tid);
   }
 #endif
 }
@@ -732,11 +737,13 @@ void launch(const Problem& pr, const Args& a) {
   p.y = static_cast<T*>(a.output.data_ptr());
   p.ysc = (int)a.output.stride(1);
   p.ysm = (int)a.output.stride(3);
-  p.ysn = a.output.stride(0);
+  p.ysn = (int)a.output.stride(0);  // at most kMaxFilters * 55 * 55
   p.accumulate = a.accumulate ? 1 : 0;
-  allow_max_dynamic_smem(conv11s4_fwd_planes_kernel<T, NT8>);
-  launch_dependent(conv11s4_fwd_planes_kernel<T, NT8>, (unsigned)std::min<int64_t>(total, pr.dev.num_sms),
-                   kThreads<T>, S::kBytes, stream, p);
+  // a filter group's slice of a wider output (launch.cu) or the whole output
+  auto* kernel =
+      p.ysn != p.K * p.PQ ? conv11s4_fwd_planes_kernel<T, NT8, true> : conv11s4_fwd_planes_kernel<T, NT8, false>;
+  allow_max_dynamic_smem(kernel);
+  launch_dependent(kernel, (unsigned)std::min<int64_t>(total, pr.dev.num_sms), kThreads<T>, S::kBytes, stream, p);
 }
 
 }  // namespace alexop::cuda::forward::planes
