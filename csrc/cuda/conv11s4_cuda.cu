@@ -150,16 +150,21 @@ at::Tensor input_slice(const at::Tensor& x, int64_t g) {
   return slice3(x, g);
 }
 
-// x as a fresh NCHW tensor of `channels` channels (x's, then zeros) and one
-// zero column more: a widened weight-gradient operand (weight_grad/select.h),
-// one pass over x in any layout.
-at::Tensor widened_copy(const at::Tensor& x, int64_t channels) {
+// x as a fresh NCHW tensor of `channels` channels and `width` columns, x's
+// then zeros: one pass over x in any layout.
+at::Tensor zero_padded_copy(const at::Tensor& x, int64_t channels, int64_t width) {
   const int64_t C = x.size(1), W = x.size(3);
-  auto out = at::empty({x.size(0), channels, x.size(2), W + 1}, x.options());
-  out.narrow(3, W, 1).zero_();
+  auto out = at::empty({x.size(0), channels, x.size(2), width}, x.options());
+  if (width > W) out.narrow(3, W, width - W).zero_();
   if (channels > C) out.narrow(1, C, channels - C).zero_();
   out.narrow(1, 0, C).narrow(3, 0, W).copy_(x);
   return out;
+}
+
+// x with `channels` channels (x's, then zeros) and one zero column more: a
+// widened weight-gradient operand (weight_grad/select.h).
+at::Tensor widened_copy(const at::Tensor& x, int64_t channels) {
+  return zero_padded_copy(x, channels, x.size(3) + 1);
 }
 
 // A weight gradient's slice g: as input_slice, but where the phase-plane
@@ -229,12 +234,8 @@ void forward_slices(
 // zeros, where the convolution reads padding zeros or nothing: the output
 // keeps x's width).
 at::Tensor chunk_input(const at::Tensor& x, int64_t width) {
-  const int64_t W = x.size(3);
-  if (width == W) return cuda::relayout(x, at::MemoryFormat::Contiguous);
-  auto y = at::empty({x.size(0), x.size(1), x.size(2), width}, x.options());
-  y.narrow(3, W, width - W).zero_();
-  y.narrow(3, 0, W).copy_(x);
-  return y;
+  if (width == x.size(3)) return cuda::relayout(x, at::MemoryFormat::Contiguous);
+  return zero_padded_copy(x, x.size(1), width);
 }
 
 // The chunk kernel on its input (chunk_input).

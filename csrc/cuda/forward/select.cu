@@ -25,7 +25,7 @@
 //  shorten the busiest SM's queue by 10%, else all channels in one group
 //  (K <= 96; groups of 48 where that does not fit)  -> mma.sync (else cudnn)
 // float32, Fp32Math::kTf32 ("medium"):
-// 12. wgmma, planes_shape                           -> planes TF32, groups of up to 96, a launch each [no gather: A by descriptor]
+// 12. wgmma, planes_shape                           -> planes TF32, groups of <= 96 [no gather: A by descriptor]
 // 13. wgmma                                         -> gmma TF32, groups of 64 | 96
 // 14. otherwise                                     -> mma.sync TF32, groups of 64 | 96 (else cudnn)
 // bf16 / fp16 (mode: k16Pairs for NCHW of even padding, else k16):
@@ -280,7 +280,8 @@ Choice select_fp32(const Problem& p) {
       return gather_fits(p, k3xTf32, 6, 1, true, 1, false) ? make(Kernel::kGmma, p, k3xTf32, 6) : cudnn(p);
     return mma_fp32_accurate(p, k3xTf32);
   }
-  if (wgmma && planes_shape(p) && planes_fit(p, planes_nt8(p.K))) return make(Kernel::kPlanes, p, kTf32, planes_nt8(p.K));
+  if (wgmma && planes_shape(p) && planes_fit(p, planes_nt8(p.K)))
+    return make(Kernel::kPlanes, p, kTf32, planes_nt8(p.K));
   const int nt8 = nt8_fp32(p.K);
   if (wgmma && gather_fits(p, kTf32, nt8, 1, true, 1, false)) return make(Kernel::kGmma, p, kTf32, nt8);
   return mma_sync(p, kTf32, nt8, 1, {8});
