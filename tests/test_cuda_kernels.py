@@ -333,6 +333,22 @@ def test_forward_planes_filter_groups(k, c, dtype, mode, bound, channels_last, b
         assert guesses(names)["forward"] == f"fwd_planes_{kind}{few}_split_g{64 if k <= 128 else 96}", names
 
 
+# A 16-bit input of odd width and even padding whose outputs are 48-55 wide (227 x 227 without
+# padding: Caffe's AlexNet) runs the phase planes on an NCHW copy one zero column wider, from
+# either layout and with filter groups too: the column lies in the padding or past every window.
+@pytest.mark.parametrize("shape", [(16, 3, 96, 227, 227, 0), (16, 3, 64, 225, 223, 2), (16, 3, 192, 227, 227, 0)],
+                         ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_forward_planes_odd_width(shape, dtype, channels_last):
+    names = _check_forward(shape, dtype, "highest", REL_L2[dtype], True, channels_last)
+    if wgmma_kernels_run():
+        kind = "bf16" if dtype == torch.bfloat16 else "fp16"
+        k = shape[2]
+        groups = f"_split_g{64 if k <= 128 else 96}" if k > 96 else f"_c{k}"
+        assert guesses(names)["forward"] == f"widen+fwd_planes_{kind}{groups}", names
+
+
 # The phase-plane weight gradient reads grad_output from the 16-byte boundary at or before it
 # (so at any alignment) and its slices of 96 filters in place (160 filters: 96 + 64): the same
 # bits from a grad_output 6 bytes off a boundary as from an aligned one.

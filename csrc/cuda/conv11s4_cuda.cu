@@ -162,7 +162,8 @@ at::Tensor zero_padded_copy(const at::Tensor& x, int64_t channels, int64_t width
 }
 
 // x with `channels` channels (x's, then zeros) and one zero column more: a
-// widened weight-gradient operand (weight_grad/select.h).
+// widened weight-gradient operand (weight_grad/select.h) or forward input
+// (forward/select.h).
 at::Tensor widened_copy(const at::Tensor& x, int64_t channels) {
   return zero_padded_copy(x, channels, x.size(3) + 1);
 }
@@ -179,6 +180,19 @@ at::Tensor weight_grad_slice(const at::Tensor& x, int64_t g, bool planes, bool w
   const bool as_view = x.is_contiguous() && x.stride(0) <= INT32_MAX &&
       cuda::alignment(view.const_data_ptr()) >= kFresh.align;
   return as_view ? view : view.contiguous();
+}
+
+// One forward launch of choice, on a widened copy of the input where the
+// choice is widened.
+void forward_launch(
+    const cuda::forward::Choice& choice, const cuda::forward::Problem& p,
+    const cuda::forward::Args& a) {
+  if (!choice.widened) return cuda::forward::launch(choice, p, a);
+  const auto xw = widened_copy(a.input, a.input.size(1));
+  auto pw = cuda::forward::widened_problem(p);
+  pw.input_align = operand(xw).align;
+  cuda::forward::launch(
+      choice, pw, {xw, a.weight, a.bias, a.output, a.accumulate});
 }
 
 // What the slices of several are cut from: the input, or one NCHW copy of
@@ -217,7 +231,7 @@ void forward_slices(
     const auto p = forward_problem(
         cuda::device(xg.get_device()), xg, wg, padding, operand(xg),
         cuda::alignment(yg.const_data_ptr()));
-    cuda::forward::launch(
+    forward_launch(
         cuda::forward::select(p), p,
         {xg, wg, g == 0 ? bias : nullptr, yg, in_place && g > 0});
   }
@@ -286,7 +300,7 @@ at::Tensor forward_alexop(
   } else if (choice.kernel == cuda::forward::Kernel::kGmmaChunks) {
     forward_chunks(choice, p, x, w, b, output);
   } else {
-    cuda::forward::launch(choice, p, {x, w, b, output});
+    forward_launch(choice, p, {x, w, b, output});
   }
   return cuda::relayout(output, format);
 }

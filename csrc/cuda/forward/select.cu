@@ -30,6 +30,7 @@
 // 14. otherwise                                     -> mma.sync TF32, groups of 64 | 96 (else cudnn)
 // bf16 / fp16 (mode: k16Pairs for NCHW of even padding, else k16):
 // 15. wgmma, planes_shape, planes16_aligned         -> planes 16-bit, the same groups
+//     (odd width, even padding: on a copy one zero column wider, planes_widen_pays)
 // 16. wgmma, staged_fills, s2d_aligned              -> space-to-depth, NCHW or channels_last [ldmatrix, no table]
 // 17. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
 // 18. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
@@ -82,6 +83,11 @@ int planes_nt8(int64_t K) { return planes_group_width(K) <= 64 ? 8 : 12; }
 
 // Their 16-bit copies move aligned 4-byte words, each within one column pair.
 bool planes16_aligned(const Problem& p) { return p.pad % 2 == 0 && p.W % 2 == 0 && p.input_align >= 4; }
+
+// A 16-bit input of odd width and even padding (227 x 227 without padding:
+// Caffe's AlexNet) runs the planes on a copy one zero column wider: one pass
+// over the input against the gather kernels' per-fragment work.
+bool planes_widen_pays(const Problem& p) { return p.W % 2 != 0 && p.pad % 2 == 0; }
 
 // Channel slots of one CTA: all K channels up to 64 or 96, else groups of 96
 // (float32, whose B of more leaves no room for a patch) or 128 (16-bit).
@@ -291,6 +297,11 @@ Choice select_16(const Problem& p) {
   const bool wgmma = p.dev.sm90a;
   if (wgmma && planes_shape(p) && planes16_aligned(p) && planes_fit(p, planes_nt8(p.K)))
     return make(Kernel::kPlanes, p, k16, planes_nt8(p.K));
+  if (wgmma && planes_shape(p) && planes_widen_pays(p) && planes_fit(widened_problem(p), planes_nt8(p.K))) {
+    Choice c = make(Kernel::kPlanes, p, k16, planes_nt8(p.K));
+    c.widened = true;
+    return c;
+  }
   const int nt8 = nt8_for(p.K);
   const MathMode mode = !p.nhwc && p.pad % 2 == 0 ? k16Pairs : k16;
   if (wgmma && staged_fills(p)) {
@@ -350,6 +361,14 @@ Choice select(const Problem& p) {
   return p.dtype == ScalarType::Float ? select_fp32(p) : select_16(p);
 }
 
+Problem widened_problem(const Problem& p) {
+  Problem q = p;
+  q.W = p.W + 1;
+  q.nhwc = false;
+  q.input_align = 16;
+  return q;
+}
+
 Problem chunk_input_problem(const Problem& p) {
   Problem q = p;
   if (p.nhwc) {
@@ -383,7 +402,8 @@ std::string timed_name(const Problem& p) {
 std::string name(const Choice& c) {
   if (c.kernel == Kernel::kNone || c.kernel == Kernel::kGeneric || c.kernel == Kernel::kCudnn)
     return kKernelNames[(int)c.kernel];
-  std::string s = slices_prefix(c.slices) + (c.nchw_copy ? "nchw+" : "") + kKernelNames[(int)c.kernel] + "_";
+  std::string s = slices_prefix(c.slices) + (c.nchw_copy ? "nchw+" : "") + (c.widened ? "widen+" : "") +
+                  kKernelNames[(int)c.kernel] + "_";
   s += *kModeNames[c.mode] ? kModeNames[c.mode] : c.dtype == ScalarType::Half ? "fp16" : "bf16";
   if (c.mode == k16Pairs) s += "_pairs";
   if (c.mode == k16S2dNhwc) s += "_nhwc";

@@ -45,6 +45,9 @@ struct Choice {
   // the phase planes of a 16-bit NCHW input of 1 or 2 channels (the missing
   // channels' planes zero), not a zero-padded copy ("_1ch")
   int input_channels = 3;
+  // the phase planes of a 16-bit input of odd width on an NCHW copy one zero
+  // column wider (widened_problem), whose rows their 4-byte copies take ("widen+")
+  bool widened = false;
 };
 
 Choice select(const Problem& p);
@@ -60,6 +63,11 @@ int64_t planes_group_width(int64_t K);
 // is made either way). An NCHW input is read as it is, at any width.
 Problem chunk_input_problem(const Problem& p);
 
+// The problem of a widened choice's input: an NCHW copy one zero column
+// wider than p's odd width, fresh (aligned); the output as p's. The column
+// lies in the padding's zeros, or past every window where there is none.
+Problem widened_problem(const Problem& p);
+
 // Whether the chosen kernel writes the output at its strides, NCHW or
 // channels_last (every tensor-core kernel); the reference kernel writes NCHW.
 bool any_output_layout(const Choice& c);
@@ -72,7 +80,7 @@ bool any_output_layout(const Choice& c);
 // else cuDNN.
 bool timed(const Choice& c);
 
-// e.g. "fwd_planes_bf16_c96", "fwd_planes_bf16_1ch_c96", "fwd_mma_3xtf32_split_g16", "pad3+fwd_s2d_bf16_c64" (one
+// e.g. "fwd_planes_bf16_c96", "fwd_planes_bf16_1ch_c96", "widen+fwd_planes_bf16_c96", "fwd_mma_3xtf32_split_g16", "pad3+fwd_s2d_bf16_c64" (one
 // slice), "slice3x2+fwd_s2d_bf16_c96" (two), "fwd_gmma_chunks_tf32_c64",
 // "nchw+fwd_gmma_chunks_bf16_c96", "fwd_cudnn", "fwd_generic"
 std::string name(const Choice& c);
