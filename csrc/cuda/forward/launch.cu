@@ -9,35 +9,11 @@
 
 #include <c10/util/Exception.h>
 
-#include <algorithm>
-
 namespace alexop::cuda::forward {
-
-namespace {
-
-// The phase planes of more filters than a CTA holds: one launch a filter
-// group (planes_group_width filters), each writing its channels of the
-// output; every group builds the planes again from the input.
-void launch_plane_groups(const Choice& c, const Problem& p, const Args& a) {
-  const int64_t width = planes_group_width(p.K);
-  Choice one = c;
-  one.groups = 1;
-  for (int64_t k0 = 0; k0 < p.K; k0 += width) {
-    const int64_t kn = std::min(width, p.K - k0);
-    Problem q = p;
-    q.K = kn;
-    const at::Tensor w = a.weight.narrow(0, k0, kn), y = a.output.narrow(1, k0, kn);
-    const at::Tensor b = a.bias != nullptr ? a.bias->narrow(0, k0, kn) : at::Tensor();
-    launch(one, q, Args{a.input, w, a.bias != nullptr ? &b : nullptr, y, a.accumulate});
-  }
-}
-
-}  // namespace
 
 void launch(const Choice& c, const Problem& p, const Args& a) {
   const Kernel k = c.kernel;
   if (k == Kernel::kNone) return;
-  if (k == Kernel::kPlanes && c.groups > 1) return launch_plane_groups(c, p, a);
   TORCH_INTERNAL_ASSERT(a.output.is_contiguous() || any_output_layout(c), "forward: ", name(c),
                         " writes NCHW outputs only");
   if (k == Kernel::kGeneric) return reference::forward(a.input, a.weight, a.bias, p.pad, a.output);

@@ -3,8 +3,8 @@
 // (the float32 forward under torch.set_float32_matmul_precision("medium"))
 // and bf16 / fp16 (even padding and width), NCHW or channels_last, for
 // images whose outputs are 48 to 55 pixels wide (AlexNet's 224 x 224 with
-// padding 2, 227 x 227 without), K <= 96 a launch (more in filter groups,
-// forward/launch.cu), batches of one tile per SM or more.
+// padding 2, 227 x 227 without), K <= 96 a CTA (more in filter groups, a
+// grid row each: filter_group), batches of one tile per SM or more.
 //
 // Why kernels of their own: the gather kernels form every A fragment in
 // registers (table loads, patch loads, cvt or ldmatrix per k step), which
@@ -471,9 +471,9 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
 // consecutive flat pixels (a row's real pixels are contiguous in NCHW), each
 // lane 6 pixels 32 apart whose output offsets serve every channel; or, for a
 // channels_last output, pixel by pixel (store_staged_nhwc). SLICE: y is a
-// filter group's channels of a wider output (its strides in p), else a
-// whole output, whose strides follow from K: that case's code, compiled
-// apart, measured faster than the general one's (perf-history S38).
+// filter group's channels of the output (filter_group: its strides in p),
+// else the whole output, whose strides follow from K: that case's code,
+// compiled apart, measured faster than the general one's (perf-history S38).
 template <typename T, bool SLICE>
 __device__ __forceinline__ void store_tiles(const Params<T>& p, const uint16_t* stage, uint32_t s_sfull,
                                             uint32_t s_sempty, int t) {
@@ -631,6 +631,42 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
     }
   }
 }
+
+// The consumer warpgroups: the weights and bias, then every tile's wgmmas.
+template <typename T, int NT8, bool SLICE>
+__device__ __forceinline__ void consumers(const Params<T>& p, unsigned char* smem, unsigned char* stage, float* sbias,
+                                          int tid) {
+  using S = Smem<T, NT8>;
+  constexpr int NT = NT8 * 8, kSlots = S::kSlots;
+  const uint32_t s_b = smem_u32(smem), s_a = s_b + S::kB;
+  const uint32_t s_full = s_b + S::kBars, s_empty = s_full + 8 * kSlots;
+  const uint32_t s_sfull = s_empty + 8 * kSlots, s_sempty = s_sfull + 8;
+  // the weights come from the prep kernel, which may still be running
+  // (launch_dependent): the producer's first planes do not wait for them
+  pdl_wait();
+  for (int i = tid; i < S::kB / 16; i += 128 * kConsumers) cp_async16(smem + 16 * i, p.wb + i);
+  cp_async_commit();
+  for (int i = tid; i < NT; i += 128 * kConsumers) sbias[i] = p.bias != nullptr && i < p.K ? to_f(p.bias[i]) : 0.f;
+  cp_async_wait_all();
+  fence_proxy_async();  // for the tensor cores
+  asm volatile("bar.sync 1, %0;\n" ::"n"(128 * kConsumers) : "memory");
+  consume<T, NT8, SLICE>(p, s_a, s_b, sbias, s_full, s_empty, stage, s_sfull, s_sempty, tid);
+}
+
+// Filter group blockIdx.y's part of p, where one launch (SLICE) covers
+// every group: filters [k0, k0 + p.K) of a whole output of ysn / PQ
+// filters, their weights (a prepared block each) and bias.
+template <typename T, int NT8>
+__device__ __forceinline__ Params<T> filter_group(const Params<T>& p) {
+  Params<T> q = p;
+  const int k0 = (int)blockIdx.y * p.K;
+  q.K = min(p.K, p.ysn / p.PQ - k0);
+  q.wb = p.wb + blockIdx.y * (Smem<T, NT8>::kB / 16);
+  q.bias = p.bias != nullptr ? p.bias + k0 : nullptr;
+  q.w = p.w + (int64_t)k0 * p.C * kR * kR;
+  q.y = p.y + (int64_t)k0 * p.ysc;
+  return q;
+}
 #endif
 
 template <typename T, int NT8, bool SLICE>
@@ -638,7 +674,7 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = Layout<T>;
   using S = Smem<T, NT8>;
-  constexpr int NT = NT8 * 8, kSlots = S::kSlots;
+  constexpr int kSlots = S::kSlots;
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* stage = smem + S::kB + S::kA;
   float* sbias = reinterpret_cast<float*>(smem + S::kBias);
@@ -666,8 +702,11 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();
   if (tid >= 128 * (kConsumers + 1)) {
-    if constexpr (L::kStaged)
-      store_tiles<T, SLICE>(p, reinterpret_cast<const uint16_t*>(stage), s_sfull, s_sempty,
+    if constexpr (L::kStaged && SLICE)
+      store_tiles<T, true>(filter_group<T, NT8>(p), reinterpret_cast<const uint16_t*>(stage), s_sfull, s_sempty,
+                           tid - 128 * (kConsumers + 1));
+    else if constexpr (L::kStaged)
+      store_tiles<T, false>(p, reinterpret_cast<const uint16_t*>(stage), s_sfull, s_sempty,
                             tid - 128 * (kConsumers + 1));
   } else if (tid >= 128 * kConsumers) {
     const int t = tid - 128 * kConsumers;
@@ -686,22 +725,17 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
         load_planes<T, 4, false>(p, s_a, s_empty, s_full, t);
       }
     }
+  } else if constexpr (SLICE) {
+    consumers<T, NT8, true>(filter_group<T, NT8>(p), smem, stage, sbias, tid);
   } else {
-    // the weights come from the prep kernel, which may still be running
-    // (launch_dependent): the producer's first planes do not wait for them
-    pdl_wait();
-    for (int i = tid; i < S::kB / 16; i += 128 * kConsumers) cp_async16(smem + 16 * i, p.wb + i);
-    cp_async_commit();
-    for (int i = tid; i < NT; i += 128 * kConsumers) sbias[i] = p.bias != nullptr && i < p.K ? to_f(p.bias[i]) : 0.f;
-    cp_async_wait_all();
-    fence_proxy_async();  // for the tensor cores
-    asm volatile("bar.sync 1, %0;\n" ::"n"(128 * kConsumers) : "memory");
-    consume<T, NT8, SLICE>(p, s_a, s_b, sbias, s_full, s_empty, stage, s_sfull, s_sempty, tid);
+    consumers<T, NT8, false>(p, smem, stage, sbias, tid);
   }
 #endif
 }
 
-// The prep kernel, then the main kernel as its programmatic dependent.
+// The prep kernel (one a filter group), then the main kernel as the last
+// one's programmatic dependent: one launch over every group, a grid row
+// each (filter_group), so that the groups' tiles share the SMs' rounds.
 template <typename T, int NT8>
 void launch(const Problem& pr, const Args& a) {
   using L = Layout<T>;
@@ -723,13 +757,22 @@ void launch(const Problem& pr, const Args& a) {
   const int64_t total = pr.N * (int64_t)p.tiles_per_img;
   p.total_tiles = (int)total;
 
+  const int64_t width = planes_group_width(pr.K);
+  const int groups = (int)((pr.K + width - 1) / width);
+  TORCH_INTERNAL_ASSERT(width <= NT, "forward planes: filter groups wider than a CTA's");
+  TORCH_INTERNAL_ASSERT(groups == 1 || a.output.stride(0) == pr.K * p.PQ, "forward planes: groups need a whole output");
+
   auto stream = c10::cuda::getCurrentCUDAStream();
-  const at::Tensor wbuf = scratch(a.input, S::kB);
+  const at::Tensor wbuf = scratch(a.input, groups * S::kB);
   constexpr int kPrepThreads = L::kSteps * 2 * NT * L::kElems;
   auto* prep = p.units ? prep_weights_planes_kernel<T, NT, true> : prep_weights_planes_kernel<T, NT, false>;
-  prep<<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(static_cast<const T*>(a.weight.data_ptr()), p.K, p.C,
-                                                       static_cast<T*>(wbuf.data_ptr()));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  for (int g = 0; g < groups; ++g) {
+    const int64_t k0 = g * width;
+    prep<<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(
+        static_cast<const T*>(a.weight.data_ptr()) + k0 * p.C * kR * kR, (int)std::min(width, pr.K - k0), p.C,
+        static_cast<T*>(wbuf.data_ptr()) + g * (S::kB / sizeof(T)));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
   p.x = static_cast<const T*>(a.input.data_ptr());
   p.wb = static_cast<const uint4*>(wbuf.data_ptr());
   p.w = static_cast<const T*>(a.weight.data_ptr());
@@ -739,11 +782,11 @@ void launch(const Problem& pr, const Args& a) {
   p.ysm = (int)a.output.stride(3);
   p.ysn = (int)a.output.stride(0);  // at most kMaxFilters * 55 * 55
   p.accumulate = a.accumulate ? 1 : 0;
-  // a filter group's slice of a wider output (launch.cu) or the whole output
-  auto* kernel =
-      p.ysn != p.K * p.PQ ? conv11s4_fwd_planes_kernel<T, NT8, true> : conv11s4_fwd_planes_kernel<T, NT8, false>;
+  if (groups > 1) p.K = (int)width;  // a group's filters (filter_group)
+  auto* kernel = groups > 1 ? conv11s4_fwd_planes_kernel<T, NT8, true> : conv11s4_fwd_planes_kernel<T, NT8, false>;
   allow_max_dynamic_smem(kernel);
-  launch_dependent(kernel, (unsigned)std::min<int64_t>(total, pr.dev.num_sms), kThreads<T>, S::kBytes, stream, p);
+  const dim3 grid((unsigned)std::min<int64_t>(total, std::max(1, pr.dev.num_sms / groups)), (unsigned)groups);
+  launch_dependent(kernel, grid, kThreads<T>, S::kBytes, stream, p);
 }
 
 }  // namespace alexop::cuda::forward::planes

@@ -75,7 +75,7 @@ bool tc_shape(const Problem& p) { return p.C == kC && tc_limits(p); }
 constexpr int64_t kMaxFp16x3ChunkChannels = 5;
 
 // The phase-plane kernels serve outputs 48 to 55 wide (AlexNet's), more
-// than 96 filters in groups (planes_group_width), one launch a group.
+// than 96 filters in groups (planes_group_width), a grid row a group.
 bool planes_shape(const Problem& p) { return p.Q >= 48 && p.Q <= 55; }
 
 // A CTA's filters, 64 or 96, for groups as wide as planes_group_width.

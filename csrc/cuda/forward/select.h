@@ -52,7 +52,7 @@ struct Choice {
 
 Choice select(const Problem& p);
 
-// Filters of each phase-plane launch for K filters: K in as few groups of
+// Filters of each phase-plane filter group for K filters: K in as few groups of
 // up to 96 as hold them, of equal width (a multiple of 8; the last may be
 // narrower), so that 128 filters run as two of 64 rather than 96 + 32.
 int64_t planes_group_width(int64_t K);
