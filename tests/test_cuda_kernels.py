@@ -293,26 +293,28 @@ def test_weight_grad_planes_accuracy(shape, dtype):
     _check_weight_and_bias_grad(shape, dtype, "highest", REL_L2[dtype], False, ref_device="cuda")
 
 
-# The 16-bit phase-plane forward of 1 and 2 channels (NCHW, outputs 48-55 wide): the planes
-# of the missing channels stay zero, no zero-padded copy; every output written, within the
-# dtype's bound of float64.
+# The 16-bit phase-plane forward of 1 and 2 channels (outputs 48-55 wide): the planes of the
+# missing channels stay zero, no zero-padded copy; a channels_last input of 2 channels is
+# copied to NCHW first (one of 1 channel is NCHW already); every output written, in the
+# input's layout, within the dtype's bound of float64.
 @pytest.mark.parametrize("c", [1, 2])
 @pytest.mark.parametrize("shape", [(16, 96, 224, 224, 2), (16, 64, 227, 226, 0)], ids=str)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
-def test_forward_planes_fewer_channels(c, shape, dtype, bias):
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_forward_planes_fewer_channels(c, shape, dtype, bias, channels_last):
     n, k, h, w, p = shape
-    out, ref, names = _forward((n, c, k, h, w, p), dtype, "highest", bias)
-    assert torch.isfinite(out).all()
-    assert rel_l2(out, ref) <= REL_L2[dtype]
+    names = _check_forward((n, c, k, h, w, p), dtype, "highest", REL_L2[dtype], bias, channels_last)
     if wgmma_kernels_run():
         kind = "bf16" if dtype == torch.bfloat16 else "fp16"
-        assert guesses(names)["forward"] == f"fwd_planes_{kind}_{c}ch_c{k}", names
+        copied = "nchw+" if channels_last and c > 1 else ""
+        assert guesses(names)["forward"] == f"{copied}fwd_planes_{kind}_{c}ch_c{k}", names
 
 
 # More than 96 filters on the phase planes (outputs 48-55 wide): one launch a filter group of
 # equal width up to 96 (100 and 128 filters: two of 64; 200: three of 72; 384: four of 96),
-# each writing its channels of the output in either layout; 1 and 2 channels from NCHW too.
+# each writing its channels of the output in either layout; 1 and 2 channels too (2 from
+# channels_last on an NCHW copy).
 # Every output written, within the mode's bound of float64.
 @pytest.mark.parametrize("k", [100, 128, 200, 384])
 @pytest.mark.parametrize("c,dtype,mode,bound,channels_last", [
@@ -323,6 +325,7 @@ def test_forward_planes_fewer_channels(c, shape, dtype, bias):
     pytest.param(3, torch.float32, "medium", 1e-3, True, id="tf32-nhwc"),
     pytest.param(1, torch.bfloat16, "highest", REL_L2[torch.bfloat16], False, id="bf16-1ch"),
     pytest.param(2, torch.float16, "highest", REL_L2[torch.float16], False, id="fp16-2ch"),
+    pytest.param(2, torch.bfloat16, "highest", REL_L2[torch.bfloat16], True, id="bf16-2ch-nhwc"),
 ])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
 def test_forward_planes_filter_groups(k, c, dtype, mode, bound, channels_last, bias):
@@ -330,7 +333,8 @@ def test_forward_planes_filter_groups(k, c, dtype, mode, bound, channels_last, b
     if wgmma_kernels_run():
         kind = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "tf32"}[dtype]
         few = "" if c == 3 else f"_{c}ch"
-        assert guesses(names)["forward"] == f"fwd_planes_{kind}{few}_split_g{64 if k <= 128 else 96}", names
+        copied = "nchw+" if channels_last and c == 2 else ""
+        assert guesses(names)["forward"] == f"{copied}fwd_planes_{kind}{few}_split_g{64 if k <= 128 else 96}", names
 
 
 # A 16-bit input of odd width and even padding whose outputs are 48-55 wide (227 x 227 without

@@ -177,8 +177,8 @@ def test_first_layer_choices(c, k, want, on_hopper):
 
 
 # Where Hopper's chunk kernel runs (64 images of 224 x 224, padding 2): 4-16 channels, in TF32
-# also 1 and 2, in 16-bit 1 and 2 but where the phase planes run (from NCHW, more than 96
-# filters in groups; a 1-channel input is NCHW in either format); from channels_last it pays its NCHW copy except where cuDNN's channels_last
+# also 1 and 2, in 16-bit 1 and 2 but where the phase planes run (from NCHW or an NCHW copy,
+# more than 96 filters in groups; a 1-channel input is NCHW in either format); from channels_last it pays its NCHW copy except where cuDNN's channels_last
 # kernels are quick (16-bit: 13-16 channels at 64 or 128 filters; TF32: 6-8 channels at 16
 # filters, 9-16 channels but at 16 filters or 65-96 of up to 12 channels); in TF32 from 9
 # channels a last group of filters less than half full (128 = 96 + 32), and from 13 channels
@@ -206,7 +206,8 @@ HOPPER_CHUNK_CHOICES = [
     (2, 64, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c64"),
     (1, 192, "bf16", False, "fwd_planes_bf16_1ch_split_g96"),
     (2, 128, "bf16", False, "fwd_planes_bf16_2ch_split_g64"),
-    (2, 96, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c96"),
+    (2, 96, "bf16", True, "nchw+fwd_planes_bf16_2ch_c96"),
+    (2, 192, "bf16", True, "nchw+fwd_planes_bf16_2ch_split_g96"),
     (1, 96, "bf16", True, "fwd_planes_bf16_1ch_c96"),
     (2, 64, "bf16", False, "fwd_planes_bf16_2ch_c64"),
 ]

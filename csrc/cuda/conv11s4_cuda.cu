@@ -162,8 +162,7 @@ at::Tensor zero_padded_copy(const at::Tensor& x, int64_t channels, int64_t width
 }
 
 // x with `channels` channels (x's, then zeros) and one zero column more: a
-// widened weight-gradient operand (weight_grad/select.h) or forward input
-// (forward/select.h).
+// widened weight-gradient operand (weight_grad/select.h).
 at::Tensor widened_copy(const at::Tensor& x, int64_t channels) {
   return zero_padded_copy(x, channels, x.size(3) + 1);
 }
@@ -182,17 +181,16 @@ at::Tensor weight_grad_slice(const at::Tensor& x, int64_t g, bool planes, bool w
   return as_view ? view : view.contiguous();
 }
 
-// One forward launch of choice, on a widened copy of the input where the
-// choice is widened.
+// One forward launch of choice, on the input it reads: x, or a fresh NCHW
+// copy of it (forward::kernel_input_problem).
 void forward_launch(
     const cuda::forward::Choice& choice, const cuda::forward::Problem& p,
     const cuda::forward::Args& a) {
-  if (!choice.widened) return cuda::forward::launch(choice, p, a);
-  const auto xw = widened_copy(a.input, a.input.size(1));
-  auto pw = cuda::forward::widened_problem(p);
-  pw.input_align = operand(xw).align;
-  cuda::forward::launch(
-      choice, pw, {xw, a.weight, a.bias, a.output, a.accumulate});
+  if (!choice.nchw_copy && !choice.widened) return cuda::forward::launch(choice, p, a);
+  auto pk = cuda::forward::kernel_input_problem(choice, p);
+  const auto x = zero_padded_copy(a.input, a.input.size(1), pk.W);
+  pk.input_align = operand(x).align;
+  cuda::forward::launch(choice, pk, {x, a.weight, a.bias, a.output, a.accumulate});
 }
 
 // What the slices of several are cut from: the input, or one NCHW copy of
@@ -243,26 +241,6 @@ void forward_slices(
   }
 }
 
-// The chunk kernel's input (forward::chunk_input_problem): x itself where
-// it is NCHW, else an NCHW copy, `width` columns wide (the columns past x's
-// zeros, where the convolution reads padding zeros or nothing: the output
-// keeps x's width).
-at::Tensor chunk_input(const at::Tensor& x, int64_t width) {
-  if (width == x.size(3)) return cuda::relayout(x, at::MemoryFormat::Contiguous);
-  return zero_padded_copy(x, x.size(1), width);
-}
-
-// The chunk kernel on its input (chunk_input).
-void forward_chunks(
-    const cuda::forward::Choice& choice, const cuda::forward::Problem& p,
-    const at::Tensor& x, const at::Tensor& w, const at::Tensor* bias,
-    const at::Tensor& output) {
-  auto pc = cuda::forward::chunk_input_problem(p);
-  const auto xc = chunk_input(x, pc.W);
-  pc.input_align = operand(xc).align;
-  cuda::forward::launch(choice, pc, {xc, w, bias, output});
-}
-
 // The layout the chosen forward kernels write: the result's where they
 // store at any strides, except into the NCHW sum of a sliced 16-bit
 // forward's partial outputs; else NCHW, which the caller copies.
@@ -297,8 +275,6 @@ at::Tensor forward_alexop(
       out_size, x.options().memory_format(kernel_output_format(choice, format)));
   if (choice.slices > 0) {
     forward_slices(x, w, b, p.pad, choice.slices, output);
-  } else if (choice.kernel == cuda::forward::Kernel::kGmmaChunks) {
-    forward_chunks(choice, p, x, w, b, output);
   } else {
     forward_launch(choice, p, {x, w, b, output});
   }

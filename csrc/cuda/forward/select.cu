@@ -10,7 +10,8 @@
 //     tf32_groups_pay
 //                                                   -> gmma chunks, groups of 64 | 96 (| 128 16-bit), channels_last
 //                                                      inputs copied to NCHW [one launch over every channel]
-//  4. 16-bit, 1 or 2 channels, NCHW, planes_few   -> planes built to leave the missing channels zero [no padded copy]
+//  4. 16-bit, 1 or 2 channels, planes_few         -> planes built to leave the missing channels zero [no padded copy],
+//                                                      channels_last inputs copied to NCHW
 //  5. 1 or 2, or 4 to max_sliced_channels channels -> slices of 3 (slices_pay) + the 3-channel choice [cheaper than cuDNN's few-channel kernels]
 //     (one small image: the copies' launches cost more -> cudnn, rule 6)
 //  6. not a tensor-core problem (tc_shape)          -> cudnn     [outside the kernels' limits or architectures]
@@ -94,24 +95,37 @@ bool planes_widen_pays(const Problem& p) { return p.W % 2 != 0 && p.pad % 2 == 0
 int nt8_for(int64_t K) { return K <= 64 ? 8 : K <= 96 ? 12 : 16; }
 int nt8_fp32(int64_t K) { return K <= 64 ? 8 : 12; }
 
+// A fresh NCHW copy of p's input, `width` columns wide (the columns past
+// p's zeros): what the chunk kernel and the 1 or 2 channel phase planes read
+// of a channels_last input, and the widened planes of any.
+Problem nchw_copy_problem(const Problem& p, int64_t width) {
+  Problem q = p;
+  q.W = width;
+  q.nhwc = false;
+  q.input_align = 16;
+  return q;
+}
+
 // 16-bit inputs of 1 or 2 channels take the chunk kernel (one chunk) but
 // where their zero-padded 3-channel copy would run the phase-plane kernel
-// from an NCHW input: the planes beat it there (planes_few, no copy);
+// from an NCHW input: the planes beat it there (planes_few, no padded copy;
+// a channels_last input's NCHW copy costs either kernel the same);
 // elsewhere the chunk beat the copy and the 3-channel gather kernels
 // (docs/perf-history.md S26).
 bool few16_chunks_pay(const Problem& p) {
-  Problem q = p;
+  Problem q = nchw_copy_problem(p, p.W);
   q.C = kC;
-  q.input_align = 16;  // the padded copy
-  return p.nhwc || !(planes_shape(q) && planes16_aligned(q) && planes_fit(q, planes_nt8(p.K)));
+  return !(planes_shape(q) && planes16_aligned(q) && planes_fit(q, planes_nt8(p.K)));
 }
 
-// The phase planes of a 16-bit NCHW input of 1 or 2 channels, where the
-// chunk kernel did not pay: the kernel leaves the missing channels' planes
-// zero, so no zero-padded copy (S26: the copy took a quarter of pad3's time).
+// The phase planes of a 16-bit input of 1 or 2 channels, NCHW (a
+// channels_last one copied: nchw_copy_problem), where the chunk kernel did
+// not pay: the kernel leaves the missing channels' planes zero, so no
+// zero-padded copy (S26: the copy took a quarter of pad3's time).
 bool planes_few(const Problem& p) {
-  return p.dtype != ScalarType::Float && p.dev.sm90a && p.C >= 1 && p.C < kC && !p.nhwc && tc_limits(p) &&
-         planes_shape(p) && planes16_aligned(p) && planes_fit(p, planes_nt8(p.K));
+  const Problem q = p.nhwc ? nchw_copy_problem(p, p.W) : p;
+  return p.dtype != ScalarType::Float && p.dev.sm90a && p.C >= 1 && p.C < kC && tc_limits(p) &&
+         planes_shape(q) && planes16_aligned(q) && planes_fit(q, planes_nt8(p.K));
 }
 
 // The chunk kernel: sm_90a, 4 to kMaxSlicedChannels channels, TF32 or
@@ -297,10 +311,10 @@ Choice select_16(const Problem& p) {
   const bool wgmma = p.dev.sm90a;
   if (wgmma && planes_shape(p) && planes16_aligned(p) && planes_fit(p, planes_nt8(p.K)))
     return make(Kernel::kPlanes, p, k16, planes_nt8(p.K));
-  if (wgmma && planes_shape(p) && planes_widen_pays(p) && planes_fit(widened_problem(p), planes_nt8(p.K))) {
+  if (wgmma && planes_shape(p) && planes_widen_pays(p)) {
     Choice c = make(Kernel::kPlanes, p, k16, planes_nt8(p.K));
     c.widened = true;
-    return c;
+    if (planes_fit(kernel_input_problem(c, p), planes_nt8(p.K))) return c;
   }
   const int nt8 = nt8_for(p.K);
   const MathMode mode = !p.nhwc && p.pad % 2 == 0 ? k16Pairs : k16;
@@ -335,15 +349,14 @@ Choice select(const Problem& p) {
   if (chunks_shape(p) && nhwc_copy_pays(p)) {
     const MathMode mode = chunks_mode(p);
     const int nt8 = p.dtype == ScalarType::Float ? nt8_fp32(p.K) : nt8_for(p.K);
-    if (tf32_groups_pay(p, nt8) && gather_fits(chunk_input_problem(p), mode, nt8, 2, true, 1, false)) {
-      Choice c = make(Kernel::kGmmaChunks, p, mode, nt8);
-      c.nchw_copy = p.nhwc;
-      return c;
-    }
+    Choice c = make(Kernel::kGmmaChunks, p, mode, nt8);
+    c.nchw_copy = p.nhwc;
+    if (tf32_groups_pay(p, nt8) && gather_fits(kernel_input_problem(c, p), mode, nt8, 2, true, 1, false)) return c;
   }
   if (planes_few(p)) {
     Choice c = make(Kernel::kPlanes, p, k16, planes_nt8(p.K));
     c.input_channels = (int)p.C;
+    c.nchw_copy = p.nhwc;
     return c;
   }
   if (slices_pay(p)) {
@@ -361,22 +374,12 @@ Choice select(const Problem& p) {
   return p.dtype == ScalarType::Float ? select_fp32(p) : select_16(p);
 }
 
-Problem widened_problem(const Problem& p) {
-  Problem q = p;
-  q.W = p.W + 1;
-  q.nhwc = false;
-  q.input_align = 16;
-  return q;
-}
-
-Problem chunk_input_problem(const Problem& p) {
-  Problem q = p;
-  if (p.nhwc) {
-    q.nhwc = false;
-    q.input_align = 16;  // a fresh copy
-    if (p.dtype != ScalarType::Float) q.W = (p.W + 7) / 8 * 8;  // 16-bit rows of whole 16-byte units
-  }
-  return q;
+Problem kernel_input_problem(const Choice& c, const Problem& p) {
+  if (c.widened) return nchw_copy_problem(p, p.W + 1);
+  if (!c.nchw_copy) return p;
+  // the chunk kernel's 16-bit rows of whole 16-byte units
+  const bool units = c.kernel == Kernel::kGmmaChunks && p.dtype != ScalarType::Float;
+  return nchw_copy_problem(p, units ? (p.W + 7) / 8 * 8 : p.W);
 }
 
 namespace {

@@ -40,13 +40,14 @@ struct Choice {
   // 0: the input as it is; n: cut into n slices of 3 channels (the last
   // zero-padded), each convolved by the kernel, the partial outputs summed
   int slices = 0;
-  // the chunk kernel on a channels_last input: an NCHW copy first ("nchw+")
+  // a channels_last input copied to NCHW first ("nchw+"): the chunk kernel,
+  // the phase planes of 1 or 2 channels
   bool nchw_copy = false;
   // the phase planes of a 16-bit NCHW input of 1 or 2 channels (the missing
   // channels' planes zero), not a zero-padded copy ("_1ch")
   int input_channels = 3;
   // the phase planes of a 16-bit input of odd width on an NCHW copy one zero
-  // column wider (widened_problem), whose rows their 4-byte copies take ("widen+")
+  // column wider (kernel_input_problem), whose rows their 4-byte copies take ("widen+")
   bool widened = false;
 };
 
@@ -57,16 +58,13 @@ Choice select(const Problem& p);
 // narrower), so that 128 filters run as two of 64 rather than 96 + 32.
 int64_t planes_group_width(int64_t K);
 
-// The input the chunk kernel reads for p (forward_chunks makes it): NCHW,
-// so a channels_last input is copied; in 16-bit into rows padded with zero
-// columns to whole 16-byte units, which the kernel copies whole (the copy
-// is made either way). An NCHW input is read as it is, at any width.
-Problem chunk_input_problem(const Problem& p);
-
-// The problem of a widened choice's input: an NCHW copy one zero column
-// wider than p's odd width, fresh (aligned); the output as p's. The column
-// lies in the padding's zeros, or past every window where there is none.
-Problem widened_problem(const Problem& p);
+// The problem of the input choice c reads for p (the forward makes it): p's
+// own, or a fresh NCHW copy (c.nchw_copy: of a channels_last input, in
+// 16-bit the chunk kernel's rows padded with zero columns to whole 16-byte
+// units, which it copies whole; c.widened: one zero column wider than p's
+// odd width, where the column lies in the padding's zeros, or past every
+// window where there is none). The output stays p's.
+Problem kernel_input_problem(const Choice& c, const Problem& p);
 
 // Whether the chosen kernel writes the output at its strides, NCHW or
 // channels_last (every tensor-core kernel); the reference kernel writes NCHW.
