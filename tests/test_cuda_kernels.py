@@ -260,12 +260,14 @@ def test_weight_and_bias_grad_accuracy(shape, dtype, mode, bound, channels_last)
 def _check_weight_and_bias_grad(shape, dtype, mode, bound, channels_last, ref_device, c=3):
     """Both gradients finite (every element written: the allocator is
     poisoned) and within `bound` of float64 autograd on `ref_device`; returns
-    kernel_for's names."""
+    kernel_for's names. channels_last: the input and grad_output (as autograd
+    hands it for a channels_last output)."""
     n, k, h, w, p = shape
     x, wt, b = make_inputs(n, c, k, h, w, dtype=dtype, device="cuda")
+    grad = torch.randn(n, k, (h + 2 * p - 11) // 4 + 1, (w + 2 * p - 11) // 4 + 1, device="cuda").to(dtype)
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
-    grad = torch.randn(n, k, (h + 2 * p - 11) // 4 + 1, (w + 2 * p - 11) // 4 + 1, device="cuda").to(dtype)
+        grad = grad.to(memory_format=torch.channels_last)
     ref_w, ref_b = (t.double().to(ref_device).requires_grad_() for t in (wt, b))
     out = torch.nn.functional.conv2d(x.double().to(ref_device), ref_w, ref_b, stride=4, padding=p)
     want = torch.autograd.grad(out, (ref_w, ref_b), grad.double().to(ref_device))
@@ -382,6 +384,31 @@ def test_weight_grad_planes_fewer_channels(c, shape, dtype, channels_last):
         kind = "bf16" if dtype == torch.bfloat16 else "fp16"
         want = f"wgrad_planes_{kind}_{c}ch_c" if c < 3 else f"slice3x2+{'kslice96x2+' if shape[1] > 96 else ''}wgrad_planes"
         assert want in names["weight_grad"], names
+
+
+# The phase-plane weight gradient reads a channels_last grad_output in place where its pixels'
+# channels are 16-byte rows ("_dynhwc"; 100 filters are not: copied to NCHW), views of its
+# filter slices too (160 = 96 + 64): the same bits as from an NCHW grad_output, an Inf in it too
+# (the reductions recompute NaN sums at dy's strides). kernel_for takes grad_output in the
+# output's layout: from a channels_last input of more than one channel, channels_last.
+@pytest.mark.parametrize("c,k", [(3, 96), (3, 64), (1, 160), (2, 100), (3, 192), (4, 96)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("x_channels_last", [False, True], ids=["x_nchw", "x_nhwc"])
+@pytest.mark.parametrize("inf", [False, True], ids=["finite", "inf"])
+def test_weight_grad_planes_channels_last_grad_output(c, k, dtype, x_channels_last, inf):
+    x, wt, _ = make_inputs(40, c, k, 224, 224, dtype=dtype, device="cuda")
+    if x_channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    gy = torch.randn(40, k, 55, 55, device="cuda").to(dtype)
+    if inf:
+        gy[3, k - 1, 10, 20] = float("inf")
+    want = torch.ops.alexop.conv11s4_backward_weight(gy, x, 2, True)
+    got = torch.ops.alexop.conv11s4_backward_weight(gy.to(memory_format=torch.channels_last), x, 2, True)
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=0, atol=0, equal_nan=True)
+    if wgmma_kernels_run() and x_channels_last and c > 1:
+        name = guesses(alexop.kernel_for(x, wt, 2))["weight_grad"]
+        assert "wgrad_planes" in name and name.endswith("_dynhwc") == (k % 8 == 0), name
 
 
 # 16-bit channels_last inputs are transposed to NCHW for the weight gradient

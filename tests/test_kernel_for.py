@@ -418,10 +418,11 @@ def test_alexnet_selection(case, gpu):
 def test_hopper_channels_last_and_small_batch(gpu):
     if gpu != 0:
         pytest.skip("sm_90 expectations")
-    # 16-bit channels_last: the weight gradient transposes the input first
+    # 16-bit channels_last: the weight gradient transposes the input first and reads
+    # grad_output (channels_last, as the output) in place
     assert guesses(_names(*ALEXNET, torch.bfloat16, "highest", channels_last=True)) == {
         "forward": "fwd_planes_bf16_c96",
-        "weight_grad": "nhwc3_to_nchw+wgrad_planes_bf16_c96",
+        "weight_grad": "nhwc3_to_nchw+wgrad_planes_bf16_c96_dynhwc",
         "input_grad": "dgrad_gmma_bf16",
     }
     # fp32 channels_last rows are not 16-byte copies

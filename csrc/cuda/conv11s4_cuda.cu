@@ -77,6 +77,20 @@ Operand operand(const at::Tensor& t) {
 // caching allocator aligns blocks to 512 bytes): NCHW, 16-byte aligned.
 constexpr Operand kFresh{false, 16};
 
+// grad_output (or a view of its channels) as the weight gradient's kernels
+// take it (weight_grad/select.h): channels_last where its pixels are 16-byte
+// aligned rows of channels (a multiple of 8 elements apart, rows of pixels
+// dense), which the phase-plane kernel reads in place; its alignment where
+// NCHW (the others read it so), else a fresh copy's.
+Operand grad_output_operand(at::IntArrayRef sizes, at::IntArrayRef strides, int align, bool nchw) {
+  const bool pixels = sizes[1] > 1 && strides[1] == 1 && strides[3] % 8 == 0 &&
+                      strides[2] == sizes[3] * strides[3] && align >= kFresh.align;
+  return {pixels, nchw ? align : kFresh.align};
+}
+Operand grad_output_operand(const at::Tensor& dy) {
+  return grad_output_operand(dy.sizes(), dy.strides(), cuda::alignment(dy.const_data_ptr()), dy.is_contiguous());
+}
+
 // What every op's problem starts from, on device dev; like: a tensor of the
 // op's dtype, input_size: (N, C, H, W).
 cuda::ProblemBase problem_base(
@@ -111,14 +125,15 @@ cuda::forward::Problem forward_problem(
 // x: the input as the weight-gradient kernels receive it (nchw_input.h).
 cuda::weight_grad::Problem weight_grad_problem(
     const cuda::Device& dev, const at::Tensor& input, int64_t K,
-    int64_t padding, Operand x, int64_t x_stride0, int grad_output_align,
+    int64_t padding, Operand x, int64_t x_stride0, Operand dy,
     bool transposed) {
   cuda::weight_grad::Problem p{
       problem_base(dev, input, input.sizes(), K, padding)};
   p.nhwc = x.nhwc;
   p.input_stride0 = x_stride0;
   p.input_align = x.align;
-  p.grad_output_align = grad_output_align;
+  p.grad_output_align = dy.align;
+  p.grad_output_nhwc = dy.nhwc;
   p.transposed = transposed;
   return p;
 }
@@ -255,13 +270,12 @@ at::MemoryFormat kernel_output_format(
 // (nchw_input.h), before any copy is made: a copy is NCHW and fresh.
 cuda::weight_grad::Problem weight_grad_problem_of(
     const cuda::Device& dev, const at::Tensor& input, int64_t K,
-    int64_t padding, cuda::weight_grad::InputPrep prep,
-    int grad_output_align) {
+    int64_t padding, cuda::weight_grad::InputPrep prep, Operand dy) {
   const bool as_is = prep == cuda::weight_grad::InputPrep::kAsIs;
   return weight_grad_problem(
       dev, input, K, padding, as_is ? operand(input) : kFresh,
       as_is ? input.stride(0) : input.size(1) * input.size(2) * input.size(3),
-      grad_output_align, prep == cuda::weight_grad::InputPrep::kTranspose);
+      dy, prep == cuda::weight_grad::InputPrep::kTranspose);
 }
 
 // The forward on alexop's kernels, as choice says (a tensor-core one): x
@@ -433,9 +447,12 @@ at::Tensor weight_grad_filters(
   int64_t k0 = 0;
   for (const auto& dy : dys) {
     const int64_t width = dy.size(1), kk = std::min(width, K - k0);
+    // dy: grad_output or a view of its channels (filter_slices), NCHW or
+    // (where the choice said so) channels_last
+    const int align = cuda::alignment(dy.const_data_ptr());
     const auto p = weight_grad_problem(
         cuda::device(x.get_device()), x, width, padding, operand(x), x.stride(0),
-        cuda::alignment(dy.const_data_ptr()), transposed);
+        grad_output_operand(dy.sizes(), dy.strides(), align, true), transposed);
     auto gw = at::empty({width, x.size(1), kKernelSize, kKernelSize}, x.options());
     auto gb = grad_bias == nullptr || !sliced ? at::Tensor()
                                               : at::empty({width}, x.options());
@@ -462,7 +479,8 @@ std::tuple<at::Tensor, at::Tensor> weight_grad_alexop(
     const cuda::weight_grad::Choice& choice, const at::Tensor& grad_output,
     const at::Tensor& input, int64_t K, int64_t padding, bool bias_grad,
     cuda::weight_grad::InputPrep prep) {
-  const auto gy = cuda::relayout(grad_output, at::MemoryFormat::Contiguous);
+  // NCHW as the kernels read it, but where the phase planes read it in place
+  const auto gy = choice.dy_nhwc ? grad_output : cuda::relayout(grad_output, at::MemoryFormat::Contiguous);
   auto grad_bias = at::empty({bias_grad ? K : 0}, input.options());
   // each slice's weight gradient for 3 channels (the last's for its own 1
   // or 2 on the phase-plane kernel; the bias's with the first), then joined
@@ -498,13 +516,10 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
       "alexop.conv11s4_backward_weight", input, kCudaTypes, "CUDA");
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t K = wsize[0].expect_int();
-  // the kernels read grad_output NCHW: a copy of any other is fresh
-  const int gy_align = grad_output.is_contiguous()
-      ? cuda::alignment(grad_output.const_data_ptr())
-      : kFresh.align;
   const auto prep = wg::input_prep(input);
   const auto problem = weight_grad_problem_of(
-      cuda::device(input.get_device()), input, K, padding, prep, gy_align);
+      cuda::device(input.get_device()), input, K, padding, prep,
+      grad_output_operand(grad_output));
   auto choice = wg::select(problem);
   const auto cudnn = [&] {
     return cuda::conv11s4_backward_weight_cudnn(
@@ -532,15 +547,17 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cuda(
 // The kernels the three ops would run on device dev for (input, weight,
 // padding), by name, from the same selectors, launching nothing. x: how the
 // forward receives the input. grad_output is taken as the autograd path
-// makes it: the output's shape, layout and dtype, freshly allocated, so NCHW
-// as the kernels read it (a channels_last one is a fresh NCHW copy by then).
+// makes it: the output's shape, layout and dtype, freshly allocated.
 std::vector<std::string> kernel_names(
     const cuda::Device& dev, const at::Tensor& input, const at::Tensor& weight,
     int64_t padding, Operand x) {
   const auto fwd = forward_problem(dev, input, weight, padding, x, kFresh.align);
+  const int64_t K = fwd.K, P = fwd.P, Q = fwd.Q, dy_size[] = {fwd.N, K, P, Q};
+  const bool dy_nchw = output_memory_format(input, weight) != at::MemoryFormat::ChannelsLast;
+  const int64_t nchw[] = {K * P * Q, P * Q, Q, 1}, nhwc[] = {K * P * Q, 1, Q * K, K};
+  const auto dy = grad_output_operand(dy_size, dy_nchw ? nchw : nhwc, kFresh.align, dy_nchw);
   const auto wgrad = weight_grad_problem_of(
-      dev, input, weight.size(0), padding, cuda::weight_grad::input_prep(input),
-      kFresh.align);
+      dev, input, weight.size(0), padding, cuda::weight_grad::input_prep(input), dy);
   const cuda::input_grad::Problem dgrad{
       problem_base(dev, input, input.sizes(), weight.size(0), padding)};
   return {

@@ -87,19 +87,18 @@ __device__ __noinline__ float input_grad(const T* dy, int K, int P, int Q, const
 }
 
 // What the weight gradient's reductions recompute from: dy (N, K, P, Q)
-// contiguous and x as the kernel read it.
+// and x as the kernel read them.
 struct WgradOperands {
   const void* dy;
   const void* x;
-  Strides sx;
-  int64_t dy_n;  // dy's image stride: a slice of its channels is a view
+  Strides sx, sdy;  // dy: a slice of its channels is a view, NCHW or channels_last
   int N, K, H, W, P, Q, pad;
 };
-// The operands of tensors dy (its planes contiguous) and x (any tensor type
-// with ATen's accessors).
+// The operands of tensors dy and x (any tensor type with ATen's accessors).
 template <typename Tensor>
 WgradOperands wgrad_operands(const Tensor& dy, const Tensor& x, int pad) {
-  return {dy.data_ptr(), x.data_ptr(), {x.stride(0), x.stride(1), x.stride(2), x.stride(3)}, dy.stride(0),
+  return {dy.data_ptr(), x.data_ptr(), {x.stride(0), x.stride(1), x.stride(2), x.stride(3)},
+          {dy.stride(0), dy.stride(1), dy.stride(2), dy.stride(3)},
           (int)x.size(0), (int)dy.size(1), (int)x.size(2), (int)x.size(3), (int)dy.size(2), (int)dy.size(3), pad};
 }
 
@@ -117,7 +116,7 @@ __device__ __noinline__ void weight_grad(const WgradOperands o, int k, int tap, 
   double acc = 0.0;
 #pragma unroll 1
   for (int n = 0; n < o.N; ++n) {
-    const T* dyk = dy + (int64_t)n * o.dy_n + (int64_t)k * o.P * o.Q;
+    const T* dyk = dy + n * o.sdy.n + k * o.sdy.c;
     const T* xc = x + n * o.sx.n + c * o.sx.c;
 #pragma unroll 1
     for (int p = 0; p < o.P; ++p) {
@@ -125,7 +124,7 @@ __device__ __noinline__ void weight_grad(const WgradOperands o, int k, int tap, 
       for (int q = 0; q < o.Q; ++q) {
         const int col = 4 * q + s - o.pad;
         const bool in = h >= 0 && h < o.H && col >= 0 && col < o.W;
-        const double d = dbl(dyk[p * o.Q + q]);
+        const double d = dbl(dyk[p * o.sdy.h + q * o.sdy.w]);
         acc += bias ? d : d * (in ? dbl(xc[h * o.sx.h + col * o.sx.w]) : 0.0);
       }
     }

@@ -66,6 +66,11 @@ __device__ __forceinline__ void cp_async4n_if(uint32_t dst, const void* src, int
   ALEXOP_SM80_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p cp.async.ca.shared.global [%0], [%1], 4, %2;\n}\n" ::"r"(dst),
                "l"(src), "r"(nbytes), "r"((int)pred));
 }
+// cp_async16n where pred holds (predicated likewise).
+__device__ __forceinline__ void cp_async16n_if(uint32_t dst, const void* src, int nbytes, bool pred) {
+  ALEXOP_SM80_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n" ::"r"(dst),
+               "l"(src), "r"(nbytes), "r"((int)pred));
+}
 // One word to shared address dst where pred holds (predicated likewise).
 __device__ __forceinline__ void st_shared_u32_if(uint32_t dst, uint32_t a, bool pred) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p st.shared.b32 [%0], %1;\n}\n" ::"r"(dst), "r"(a), "r"((int)pred)

@@ -14,5 +14,8 @@
   X(float, k3xFp16, 12, true) X(float, kTf32, 8, false) X(float, kTf32, 8, true)               \
   X(float, kTf32, 12, false) X(float, kTf32, 12, true)
 #define ALEXOP_WGRAD_GMMA_16(X, T) X(T, k16, 8, false) X(T, k16, 8, true) X(T, k16, 12, false) X(T, k16, 12, true)
-// phase planes: (T, NT8, CH), T = __nv_bfloat16 or __half, CH input channels
-#define ALEXOP_WGRAD_PLANES(X, T) X(T, 8, 1) X(T, 12, 1) X(T, 8, 2) X(T, 12, 2) X(T, 8, 3) X(T, 12, 3)
+// phase planes: (T, NT8, CH, DYL), T = __nv_bfloat16 or __half, CH input
+// channels, DYL a channels_last dy
+#define ALEXOP_WGRAD_PLANES_DY(X, T, DYL) \
+  X(T, 8, 1, DYL) X(T, 12, 1, DYL) X(T, 8, 2, DYL) X(T, 12, 2, DYL) X(T, 8, 3, DYL) X(T, 12, 3, DYL)
+#define ALEXOP_WGRAD_PLANES(X, T) ALEXOP_WGRAD_PLANES_DY(X, T, false) ALEXOP_WGRAD_PLANES_DY(X, T, true)

@@ -18,9 +18,9 @@ void launch(const Choice& c, const Problem& p, const Args& a) {
   const c10::ScalarType t = c.dtype;
   // m16 tiles (mma.sync) and n8 tiles (wgmma) of the channels
   const int mt = c.channels == 96 ? 3 : 2, nt8 = c.channels == 96 ? 12 : 8;
-#define ALEXOP_PLANES(T, N8, CH)                                                            \
-  if (k == Kernel::kPlanes && is_dtype<T>(t) && nt8 == N8 && c.input_channels == CH) \
-    return planes::launch<T, N8, CH>(p, a);
+#define ALEXOP_PLANES(T, N8, CH, DYL)                                                                       \
+  if (k == Kernel::kPlanes && is_dtype<T>(t) && nt8 == N8 && c.input_channels == CH && c.dy_nhwc == DYL) \
+    return planes::launch<T, N8, CH, DYL>(p, a);
 #define ALEXOP_GMMA(T, M, N8, V)                                                    \
   if (k == Kernel::kGmma && is_dtype<T>(t) && c.mode == M && nt8 == N8 && c.vec == V) \
     return ring::launch_gmma<T, M, N8, V>(p, a);

@@ -26,7 +26,7 @@ template <typename T, int MT> void launch_strided(const Problem& p, const Args& 
 template <typename T, int MODE, int NT8, bool VEC> void launch_gmma(const Problem& p, const Args& a);
 }  // namespace ring
 namespace planes {
-template <typename T, int NT8, int CH> void launch(const Problem& p, const Args& a);
+template <typename T, int NT8, int CH, bool DYL> void launch(const Problem& p, const Args& a);
 }  // namespace planes
 
 }  // namespace alexop::cuda::weight_grad

@@ -3,7 +3,7 @@
 #include "planes.cuh"
 
 namespace alexop::cuda::weight_grad::planes {
-#define ALEXOP_INST(T, N8, CH) template void launch<T, N8, CH>(const Problem&, const Args&);
+#define ALEXOP_INST(T, N8, CH, DYL) template void launch<T, N8, CH, DYL>(const Problem&, const Args&);
 ALEXOP_WGRAD_PLANES(ALEXOP_INST, __nv_bfloat16)
 ALEXOP_WGRAD_PLANES(ALEXOP_INST, __half)
 }  // namespace alexop::cuda::weight_grad::planes

@@ -23,7 +23,9 @@
 //    the distance between the blocks.
 //  - A (M = channels x K = pixels) is dy, K-major: each tile's dy rows are
 //    re-laid into core matrices (8 channels x 8 pixels), zero where q >= Q or
-//    past the last row. One or two m64 tiles (K <= 64 or <= 96).
+//    past the last row. One or two m64 tiles (K <= 64 or <= 96). dy NCHW or
+//    (DYL) channels_last, read in place either way: a channels_last dy's
+//    NCHW copy cost about a quarter of the kernel's time.
 //  - The bias gradient: one more m64n8k16 per step, B all ones.
 // Tiles: 4 output rows (224 pixels, 14 k16 steps) of one image; a persistent
 // CTA of two warpgroups accumulates its tiles in registers (m64 x 440 fp32
@@ -33,7 +35,8 @@
 // the first two rows of each tile, the other the last two, and their sums
 // are added in a fixed order.
 // Loads, two buffers: dy rows by 16-byte copies of each channel's contiguous
-// run (from the 16-byte boundary at or before it) into a raw buffer, the
+// run (from the 16-byte boundary at or before it; DYL: of each pixel's
+// channels, whose rows are 16-byte aligned) into a raw buffer, the
 // planes by 4-byte copies (zero-filled outside the image), then the raw dy
 // re-laid as A once its copies have landed; the same warps do them between
 // the current tile's k16 steps (the loads and the wgmma operand reads share
@@ -72,6 +75,7 @@ constexpr int kBlk = 7;                  // 8-pixel blocks per output row
 constexpr int kSteps = kTR * kBlk / 2;   // k16 steps per tile
 constexpr int kRawChunks = 29;           // 16-byte chunks of a channel's run: 4 x 55 values + up to 7 before
 constexpr int kRawCh = 33 * 16;          // a channel's raw slot: a chunk per lane, 16 bytes mod 128 (8 channels' reads hit distinct banks)
+constexpr int kTilePixels = kTR * 55;    // a tile's dy pixels at most
 constexpr int kThreads = 256;            // two warpgroups
 
 // The geometry that follows the input channels CH (1 to 3).
@@ -105,6 +109,13 @@ struct Smem {
   static constexpr int kRaw = kStage + 2 * kStageB + 1024;
   static constexpr int kOnes = kRaw + NT8 * 8 * kRawCh;
   static constexpr int kBytes = kOnes + 256;
+  // DYL: a raw pixel's channels, 16 bytes more (the relayout's 4 pixel pairs
+  // 32 bytes mod 128 apart: distinct banks), in the NCHW runs' room; a copy
+  // round takes kRoundPx pixels, the last zero-filling slots past a tile's
+  static constexpr int kPixB = NT8 * 16 + 16;
+  static constexpr int kRoundPx = kThreads / NT8;
+  static constexpr int kCopyRounds = (kTilePixels + kRoundPx - 1) / kRoundPx;
+  static_assert(kCopyRounds * kRoundPx * kPixB <= NT8 * 8 * kRawCh, "channels_last dy fits the raw buffer");
 };
 
 template <typename T>
@@ -117,6 +128,7 @@ struct Params {
   int dy_off;   // dy's first element, in elements past the 16-byte boundary dy points at
   int H, W, K, P, Q, PQ, pad;
   int tiles_per_img, total_tiles;
+  int dyP;      // DYL: dy's pixel stride (a multiple of 8)
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -131,7 +143,7 @@ struct Params {
 // predicated off): a branch between wgmmas makes ptxas serialize them. Each
 // part recomputes the tile's geometry rather than hold it in registers
 // (nearly all are accumulators).
-template <typename T, int NT8, int CH>
+template <typename T, int NT8, int CH, bool DYL>
 struct TileLoader {
   using S = Smem<NT8, CH>;
   using G = Geo<CH>;
@@ -149,7 +161,8 @@ struct TileLoader {
     g.n = tile / p.tiles_per_img;
     g.p0 = (tile - g.n * p.tiles_per_img) * kTR;
     g.rows = min(kTR, p.P - g.p0);
-    g.e0 = p.dy_off + (int64_t)g.n * p.dyN + (int64_t)g.p0 * p.Q;
+    g.e0 = DYL ? (int64_t)g.n * p.dyN + (int64_t)g.p0 * p.Q * p.dyP
+               : p.dy_off + (int64_t)g.n * p.dyN + (int64_t)g.p0 * p.Q;
     g.sh0 = (int)(g.e0 & 7);
     return g;
   }
@@ -158,14 +171,31 @@ struct TileLoader {
   __device__ __forceinline__ void copy(int tile, int buf) const {
     const Geo g = geo(tile);
     const int lane = tid & 31, warp = tid >> 5, pq8 = p.PQ & 7, run = g.rows * p.Q;
-    // dy: warp w copies the runs of channels w + 8 i, lane c their chunk c
-    // (chunks past the run, lanes past 29 and channels past K: no bytes)
+    if constexpr (DYL) {
+      // dy: thread t < NT8 kRoundPx copies chunk c8 = t % NT8 (channels
+      // 8 c8 ..) of pixel t / NT8 + kRoundPx i in round i (pixels past the
+      // run and channels past K: no bytes)
+      const int c8 = tid % NT8, px0 = tid / NT8;
+      const bool active = px0 < S::kRoundPx;
+      const int bytes = min(max(2 * (p.K - 8 * c8), 0), 16);
+      const T* src = p.dy + g.e0;  // the tile's first pixel
+      const int off = px0 * p.dyP + 8 * c8, step = S::kRoundPx * p.dyP;
+      const uint32_t dst = s0 + S::kRaw + px0 * S::kPixB + 16 * c8;
 #pragma unroll
-    for (int i = kPart; i < NT8; i += kParts) {
-      const int ch = warp + 8 * i, sh = (g.sh0 + ch * pq8) & 7;
-      const int nb = ch < p.K ? min(max(2 * (sh + run) - 16 * lane, 0), 16) : 0;
-      const T* src = p.dy + (ch < p.K ? g.e0 + (int64_t)ch * p.PQ - sh : 0);  // 16-byte aligned
-      cp_async16n(s0 + S::kRaw + ch * kRawCh + 16 * lane, src + (nb > 0 ? 8 * lane : 0), nb);
+      for (int i = kPart; i < S::kCopyRounds; i += kParts) {
+        const int nb = px0 + S::kRoundPx * i < run ? bytes : 0;
+        cp_async16n_if(dst + i * S::kRoundPx * S::kPixB, src + (nb > 0 ? off + i * step : 0), nb, active);
+      }
+    } else {
+      // dy: warp w copies the runs of channels w + 8 i, lane c their chunk c
+      // (chunks past the run, lanes past 29 and channels past K: no bytes)
+#pragma unroll
+      for (int i = kPart; i < NT8; i += kParts) {
+        const int ch = warp + 8 * i, sh = (g.sh0 + ch * pq8) & 7;
+        const int nb = ch < p.K ? min(max(2 * (sh + run) - 16 * lane, 0), 16) : 0;
+        const T* src = p.dy + (ch < p.K ? g.e0 + (int64_t)ch * p.PQ - sh : 0);  // 16-byte aligned
+        cp_async16n(s0 + S::kRaw + ch * kRawCh + 16 * lane, src + (nb > 0 ? 8 * lane : 0), nb);
+      }
     }
     // plane rows pr (super-row pr / 2 CH, plane j = pr % 2 CH = CH b + c): thread
     // t < 228 copies piece t (unit t / 4; row 2b + (t & 3) / 2, columns
@@ -205,8 +235,16 @@ struct TileLoader {
     for (int mb = 0; mb < NT8; ++mb) {
       const int ch = 8 * mb + (lane >> 2);
       const bool chok = ch < p.K;
-      const uint16_t* src = raw + ch * (kRawCh / 2) + ((g.sh0 + ch * pq8) & 7) + rq;
-      const uint32_t lo = ok0 && chok ? src[0] : 0u, hi = ok1 && chok ? src[1] : 0u;
+      uint32_t lo, hi;
+      if constexpr (DYL) {
+        const uint16_t* src = raw + rq * (S::kPixB / 2) + ch;
+        lo = ok0 && chok ? src[0] : 0u;
+        hi = ok1 && chok ? src[S::kPixB / 2] : 0u;
+      } else {
+        const uint16_t* src = raw + ch * (kRawCh / 2) + ((g.sh0 + ch * pq8) & 7) + rq;
+        lo = ok0 && chok ? src[0] : 0u;
+        hi = ok1 && chok ? src[1] : 0u;
+      }
       st_shared_u32_if(dst + mb * 256, lo | hi << 16, bin);
     }
   }
@@ -233,7 +271,7 @@ struct TileLoader {
 // (its buffer is free), and the next tile's loads go between the steps
 // (past the last tile the last one is loaded again, so that the sequence
 // has no branch).
-template <typename T, int NT8, int CH>
+template <typename T, int NT8, int CH, bool DYL>
 __device__ __forceinline__ void wgrad_tiles(const Params<T>& p, unsigned char* smem, int tid) {
   using S = Smem<NT8, CH>;
   using G = Geo<CH>;
@@ -245,7 +283,7 @@ __device__ __forceinline__ void wgrad_tiles(const Params<T>& p, unsigned char* s
   // that follow
   constexpr int kCopyParts = kMySteps == 14 ? 4 : 2, kWait = kMySteps == 14 ? 8 : 4;
   const int wg = tid >> 7;
-  const TileLoader<T, NT8, CH> ld{p, smem, s0, tid};
+  const TileLoader<T, NT8, CH, DYL> ld{p, smem, s0, tid};
   // this warpgroup's m offset (A) and first step's rows (B)
   const uint32_t a_off = kM == 2 ? wg * 2048 : wg * kMySteps * S::kStepB;
   const uint32_t b_off = kM == 2 ? 0 : wg * 2 * G::kSupB;
@@ -346,7 +384,7 @@ __global__ void __launch_bounds__(32 * kReduceWarps, ALEXOP_CTAS_OF_256)
   if (r < kR && sc < kR && ch < K) exact::store_wgrad(sum, o, ch, tap, gw + (int64_t)ch * (CH * kR * kR) + tap);
 }
 
-template <typename T, int NT8, int CH>
+template <typename T, int NT8, int CH, bool DYL>
 __global__ void __launch_bounds__(kThreads, 1) wgrad_planes_kernel(const Params<T> p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = Smem<NT8, CH>;
@@ -362,14 +400,14 @@ __global__ void __launch_bounds__(kThreads, 1) wgrad_planes_kernel(const Params<
   }
   if (tid < 8) reinterpret_cast<uint32_t*>(smem + S::kPlanes + G::kPlanesB + G::kPlaneBuf * (tid >> 2))[tid & 3] = 0;
   fence_proxy_async();  // for the tensor cores (the first load's barriers follow)
-  wgrad_tiles<T, NT8, CH>(p, smem, tid);
+  wgrad_tiles<T, NT8, CH, DYL>(p, smem, tid);
 #endif
 }
 
 // Tiles of 4 output rows of an image; a persistent CTA an SM.
 inline int64_t tiles(const Problem& pr) { return pr.N * ((pr.P + kTR - 1) / kTR); }
 
-template <typename T, int NT8, int CH>
+template <typename T, int NT8, int CH, bool DYL>
 void launch(const Problem& pr, const Args& a) {
   using S = Smem<NT8, CH>;
   constexpr int kRegs = Geo<CH>::kRegs;
@@ -388,13 +426,21 @@ void launch(const Problem& pr, const Args& a) {
   const auto dy_addr = reinterpret_cast<uintptr_t>(go.data_ptr());
   p.dy = reinterpret_cast<const T*>(dy_addr & ~uintptr_t{15});
   p.dy_off = (int)(dy_addr & 15) / (int)sizeof(T);
+  if constexpr (DYL) {
+    TORCH_INTERNAL_ASSERT(p.dy_off == 0 && go.stride(1) == 1 && go.stride(3) % 8 == 0 && go.stride(2) == pr.Q * go.stride(3),
+                          "phase-plane weight gradient: a channels_last dy of 16-byte aligned pixels");
+    p.dyP = (int)go.stride(3);
+  } else {
+    TORCH_INTERNAL_ASSERT(go.stride(3) == 1 && go.stride(2) == pr.Q && go.stride(1) == pr.P * pr.Q,
+                          "phase-plane weight gradient: an NCHW dy's channel planes");
+  }
   // 32 bits: a 64-bit stride cost the 3-channel kernel 60 more bytes of spills
   TORCH_INTERNAL_ASSERT(go.stride(0) <= INT32_MAX, "phase-plane weight gradient: dy's image stride");
   p.dyN = (int)go.stride(0);
   p.ws = static_cast<float*>(ws.data_ptr());
   auto stream = c10::cuda::getCurrentCUDAStream();
-  allow_max_dynamic_smem(wgrad_planes_kernel<T, NT8, CH>);
-  wgrad_planes_kernel<T, NT8, CH><<<grid, kThreads, S::kBytes, stream>>>(p);
+  allow_max_dynamic_smem(wgrad_planes_kernel<T, NT8, CH, DYL>);
+  wgrad_planes_kernel<T, NT8, CH, DYL><<<grid, kThreads, S::kBytes, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   constexpr int kM = NT8 > 8 ? 2 : 1;
   launch_dependent(reduce_planes_kernel<T, kM, CH>, kRegs * 4 * kM, 32 * kReduceWarps, 0, stream, (const float*)p.ws, grid,

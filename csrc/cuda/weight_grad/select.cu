@@ -14,7 +14,8 @@
 //  8. wgmma, grad_output 16-byte aligned    -> gmma 3xFP16 | TF32  [dy staged by 16-byte copies]
 //  9.                                       -> mma.sync 3xTF32 | TF32
 // bf16 / fp16:
-// 10. planes_take                           -> planes  [A and B by descriptor, no gather]
+// 10. planes_take                           -> planes  [A and B by descriptor, no gather; a channels_last grad_output
+//                                                      of 16-byte pixels read in place]
 // 11. wgmma, grad_output 16-byte aligned, pairs_ok    -> gmma 16-bit
 // 12. pairs_ok, grad_output 4-byte aligned  -> mma.sync, 4-byte pair copies
 // 13.                                       -> mma.sync, register-staged, any strides
@@ -144,6 +145,7 @@ Choice make(Kernel k, const Problem& p, MathMode mode) {
   c.input_channels = (int)p.C;
   c.vec = k == Kernel::kGmma && vec_ok(p);
   c.transposed = p.transposed;
+  c.dy_nhwc = k == Kernel::kPlanes && p.grad_output_nhwc;
   return c;
 }
 
@@ -228,6 +230,7 @@ std::string name(const Choice& c) {
   if (c.kernel == Kernel::kMmaSyncPairs) s += "_pairs";
   if (c.kernel == Kernel::kMmaSyncStrided) s += "_strided";
   s += "_c" + std::to_string(c.channels);
+  if (c.dy_nhwc) s += "_dynhwc";
   return c.vec ? s + "_vec" : s;
 }
 
