@@ -175,7 +175,12 @@ struct TileLoader {
       // dy: thread t < NT8 kRoundPx copies chunk c8 = t % NT8 (channels
       // 8 c8 ..) of pixel t / NT8 + kRoundPx i in round i (pixels past the
       // run and channels past K: no bytes)
-      const int c8 = tid % NT8, px0 = tid / NT8;
+      // tid laundered, so that the part's own values are formed here, not
+      // hoisted out of the tile loop to be held (spilled) beside the
+      // accumulators
+      int t = tid;
+      asm volatile("" : "+r"(t));
+      const int c8 = t % NT8, px0 = t / NT8;
       const bool active = px0 < S::kRoundPx;
       const int bytes = min(max(2 * (p.K - 8 * c8), 0), 16);
       const T* src = p.dy + g.e0;  // the tile's first pixel
@@ -224,7 +229,9 @@ struct TileLoader {
   template <int kPart>
   __device__ __forceinline__ void relayout(int tile, int buf) const {
     const Geo g = geo(tile);
-    const int lane = tid & 31, pq8 = p.PQ & 7, bi = (tid >> 5) + 8 * kPart;
+    int t = tid;
+    if constexpr (DYL) asm volatile("" : "+r"(t));  // as in copy
+    const int lane = t & 31, pq8 = p.PQ & 7, bi = (t >> 5) + 8 * kPart;
     const bool bin = bi < kTR * kBlk;
     const int r = bi / kBlk, q = 8 * (bi - kBlk * r) + 2 * (lane & 3), rq = r * p.Q + q;
     const bool ok0 = bin && r < g.rows && q < p.Q, ok1 = bin && r < g.rows && q + 1 < p.Q;
