@@ -170,16 +170,16 @@ struct TileLoader {
   template <int kPart, int kParts>
   __device__ __forceinline__ void copy(int tile, int buf) const {
     const Geo g = geo(tile);
-    const int lane = tid & 31, warp = tid >> 5, pq8 = p.PQ & 7, run = g.rows * p.Q;
+    // tid laundered, so that the part's own values are formed here, not
+    // hoisted out of the tile loop to be held (spilled) beside the
+    // accumulators
+    int t = tid;
+    asm volatile("" : "+r"(t));
+    const int lane = t & 31, warp = t >> 5, pq8 = p.PQ & 7, run = g.rows * p.Q;
     if constexpr (DYL) {
       // dy: thread t < NT8 kRoundPx copies chunk c8 = t % NT8 (channels
       // 8 c8 ..) of pixel t / NT8 + kRoundPx i in round i (pixels past the
       // run and channels past K: no bytes)
-      // tid laundered, so that the part's own values are formed here, not
-      // hoisted out of the tile loop to be held (spilled) beside the
-      // accumulators
-      int t = tid;
-      asm volatile("" : "+r"(t));
       const int c8 = t % NT8, px0 = t / NT8;
       const bool active = px0 < S::kRoundPx;
       const int bytes = min(max(2 * (p.K - 8 * c8), 0), 16);
@@ -230,7 +230,7 @@ struct TileLoader {
   __device__ __forceinline__ void relayout(int tile, int buf) const {
     const Geo g = geo(tile);
     int t = tid;
-    if constexpr (DYL) asm volatile("" : "+r"(t));  // as in copy
+    asm volatile("" : "+r"(t));  // as in copy
     const int lane = t & 31, pq8 = p.PQ & 7, bi = (t >> 5) + 8 * kPart;
     const bool bin = bi < kTR * kBlk;
     const int r = bi / kBlk, q = 8 * (bi - kBlk * r) + 2 * (lane & 3), rq = r * p.Q + q;
