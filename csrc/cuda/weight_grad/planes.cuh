@@ -24,8 +24,8 @@
 //  - A (M = channels x K = pixels) is dy, K-major: each tile's dy rows are
 //    re-laid into core matrices (8 channels x 8 pixels), zero where q >= Q or
 //    past the last row. One or two m64 tiles (K <= 64 or <= 96). dy NCHW or
-//    (DYL) channels_last, read in place either way: a channels_last dy's
-//    NCHW copy cost about a quarter of the kernel's time.
+//    (DYL) channels_last, read in place either way: an NCHW copy of a
+//    channels_last dy is one more pass over it, read and written.
 //  - The bias gradient: one more m64n8k16 per step, B all ones.
 // Tiles: 4 output rows (224 pixels, 14 k16 steps) of one image; a persistent
 // CTA of two warpgroups accumulates its tiles in registers (m64 x 440 fp32
