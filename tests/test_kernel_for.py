@@ -501,6 +501,18 @@ def test_odd_width_weight_grad_widened_by_name(gpu, c, hw, p):
         assert guesses(names)["weight_grad"] == f"widen+wgrad_planes_bf16{'' if c == 3 else f'_{c}ch'}_c96", names
 
 
+# Their 3-channel forward on Hopper: the phase planes on the widened copy, of either layout and
+# beyond 96 filters, except a channels_last input that fills the staged gather kernel, which
+# reads it in place.
+@named_gpus
+@pytest.mark.parametrize("n,k,channels_last,want", [
+    (64, 96, False, "widen+fwd_planes_bf16_c96"), (8, 96, True, "widen+fwd_planes_bf16_c96"),
+    (64, 192, True, "widen+fwd_planes_bf16_split_g96"), (64, 96, True, "fwd_gmma_staged_bf16_c96")])
+def test_odd_width_forward_by_name(n, k, channels_last, want):
+    names = _named("h100", n, 3, k, 227, 227, 0, torch.bfloat16, "highest", channels_last)
+    assert guesses(names)["forward"] == want, names
+
+
 @named_gpus
 @pytest.mark.parametrize("dtype,mode,bound", MODES)
 def test_three_channel_forwards_run_alexop_kernels_by_name(dtype, mode, bound):

@@ -85,11 +85,6 @@ int planes_nt8(int64_t K) { return planes_group_width(K) <= 64 ? 8 : 12; }
 // Their 16-bit copies move aligned 4-byte words, each within one column pair.
 bool planes16_aligned(const Problem& p) { return p.pad % 2 == 0 && p.W % 2 == 0 && p.input_align >= 4; }
 
-// A 16-bit input of odd width and even padding (227 x 227 without padding:
-// Caffe's AlexNet) runs the planes on a copy one zero column wider: one pass
-// over the input against the gather kernels' per-fragment work.
-bool planes_widen_pays(const Problem& p) { return p.W % 2 != 0 && p.pad % 2 == 0; }
-
 // Channel slots of one CTA: all K channels up to 64 or 96, else groups of 96
 // (float32, whose B of more leaves no room for a patch) or 128 (16-bit).
 int nt8_for(int64_t K) { return K <= 64 ? 8 : K <= 96 ? 12 : 16; }
@@ -198,6 +193,15 @@ bool staged_fills(const Problem& p) {
 
 // The space-to-depth copy moves aligned 4-byte words of input values.
 bool s2d_aligned(const Problem& p) { return p.pad % 2 == 0 && p.W % 2 == 0 && p.input_align >= 4; }
+
+// A 16-bit input of odd width and even padding (227 x 227 without padding:
+// Caffe's AlexNet) runs the planes on a copy one zero column wider: one pass
+// over the input against the gather kernels' per-fragment work. Not a
+// channels_last input that fills the staged gather kernel, which reads it in
+// place where the copy also transposes it (docs/perf-history.md S43).
+bool planes_widen_pays(const Problem& p) {
+  return p.W % 2 != 0 && p.pad % 2 == 0 && !(p.nhwc && staged_fills(p));
+}
 
 // Other few-channel inputs run the 3-channel kernels on copies of the
 // input's slices of 3 channels (the last zero-padded), where the 3-channel
