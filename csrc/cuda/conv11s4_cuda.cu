@@ -18,7 +18,6 @@
 #include "weight_grad/nchw_input.h"
 
 #include <ATen/Context.h>
-#include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/sum.h>
@@ -148,8 +147,7 @@ bool cudnn_tf32() { return fp32_math() != cuda::Fp32Math::kAccurate; }
 at::Tensor slice3(const at::Tensor& t, int64_t g) {
   const int64_t c0 = cuda::kC * g, n = std::min<int64_t>(cuda::kC, t.size(1) - c0);
   const auto s = t.narrow(1, c0, n);
-  return n < cuda::kC ? at::constant_pad_nd(s, {0, 0, 0, 0, 0, cuda::kC - n}).contiguous()
-                      : s.contiguous();
+  return n == cuda::kC && s.is_contiguous() ? s : cuda::zero_padded_copy(s, cuda::kC, s.size(3));
 }
 
 // Slice g as the 3-channel kernels take it: 3 whole channels of an NCHW
@@ -165,21 +163,10 @@ at::Tensor input_slice(const at::Tensor& x, int64_t g) {
   return slice3(x, g);
 }
 
-// x as a fresh NCHW tensor of `channels` channels and `width` columns, x's
-// then zeros: one pass over x in any layout.
-at::Tensor zero_padded_copy(const at::Tensor& x, int64_t channels, int64_t width) {
-  const int64_t C = x.size(1), W = x.size(3);
-  auto out = at::empty({x.size(0), channels, x.size(2), width}, x.options());
-  if (width > W) out.narrow(3, W, width - W).zero_();
-  if (channels > C) out.narrow(1, C, channels - C).zero_();
-  out.narrow(1, 0, C).narrow(3, 0, W).copy_(x);
-  return out;
-}
-
 // x with `channels` channels (x's, then zeros) and one zero column more: a
 // widened weight-gradient operand (weight_grad/select.h).
 at::Tensor widened_copy(const at::Tensor& x, int64_t channels) {
-  return zero_padded_copy(x, channels, x.size(3) + 1);
+  return cuda::zero_padded_copy(x, channels, x.size(3) + 1);
 }
 
 // A weight gradient's slice g: as input_slice, but where the phase-plane
@@ -203,7 +190,7 @@ void forward_launch(
     const cuda::forward::Args& a) {
   if (!choice.nchw_copy && !choice.widened) return cuda::forward::launch(choice, p, a);
   auto pk = cuda::forward::kernel_input_problem(choice, p);
-  const auto x = zero_padded_copy(a.input, a.input.size(1), pk.W);
+  const auto x = cuda::zero_padded_copy(a.input, a.input.size(1), pk.W);
   pk.input_align = operand(x).align;
   cuda::forward::launch(choice, pk, {x, a.weight, a.bias, a.output, a.accumulate});
 }
@@ -430,7 +417,7 @@ std::vector<at::Tensor> filter_slices(const at::Tensor& gy, bool sliced, bool vi
   for (int64_t k0 = 0; k0 < K; k0 += wg::kFilterSlice) {
     const int64_t kk = std::min(wg::kFilterSlice, K - k0);
     const auto s = gy.narrow(1, k0, kk);
-    dys.push_back(views ? s : at::constant_pad_nd(s, {0, 0, 0, 0, 0, wg::filter_width(kk) - kk}).contiguous());
+    dys.push_back(views ? s : cuda::zero_padded_copy(s, wg::filter_width(kk), s.size(3)));
   }
   return dys;
 }

@@ -1,4 +1,4 @@
-// NCHW <-> channels_last copies (relayout.h).
+// NCHW <-> channels_last copies and zero-padded NCHW copies (relayout.h).
 
 #include "relayout.h"
 
@@ -60,19 +60,56 @@ void launch(const at::Tensor& in, const at::Tensor& out, bool to_nchw) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+
+// Strides of a 4-D input, in elements.
+struct Strides4 {
+  int64_t n, c, h, w;
+};
+
+// out[n][c][h][w] = x[n][c][h][w] for c < C and w < W, else 0; blockIdx.x
+// an (image, row), y a block of columns. T: the elements' bits (a copy
+// needs no arithmetic, so any dtype of that size).
+template <typename T>
+__global__ void zero_padded_copy_kernel(const T* __restrict__ x, T* __restrict__ out, Strides4 s, int C,
+                                        int channels, int H, int W, int width) {
+  const int w = blockIdx.y * blockDim.x + threadIdx.x;
+  if (w >= width) return;
+  const int64_t n = blockIdx.x / H, h = blockIdx.x - n * H;
+  const int64_t plane = int64_t{H} * width;
+  T* dst = out + n * channels * plane + h * width + w;
+  const T* src = x + n * s.n + h * s.h + w * s.w;
+  const int copied = w < W ? C : 0;
+  for (int c = 0; c < copied; ++c) dst[c * plane] = src[c * s.c];
+  for (int c = copied; c < channels; ++c) dst[c * plane] = T{0};
+}
+
+template <typename T>
+void launch_zero_padded_copy(const at::Tensor& x, const at::Tensor& out) {
+  const int64_t rows = x.size(0) * x.size(2), width = out.size(3);
+  const int threads = (int)std::min<int64_t>(256, (width + 31) / 32 * 32);
+  const dim3 grid((unsigned)rows, (unsigned)((width + threads - 1) / threads));
+  const Strides4 s{x.stride(0), x.stride(1), x.stride(2), x.stride(3)};
+  zero_padded_copy_kernel<T><<<grid, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+      static_cast<const T*>(x.const_data_ptr()), static_cast<T*>(out.mutable_data_ptr()), s, (int)x.size(1),
+      (int)out.size(1), (int)x.size(2), (int)x.size(3), (int)width);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 }  // namespace
 
 at::Tensor relayout(const at::Tensor& t, at::MemoryFormat layout) {
   if (t.is_contiguous(layout)) return t;
   const auto nchw = at::MemoryFormat::Contiguous, nhwc = at::MemoryFormat::ChannelsLast;
   const bool to_nchw = layout == nchw;
-  // the kernel serves the dense 4-D layouts of the fallbacks' dtypes with
-  // rows of 32 channels or more (fewer leave most of a warp idle on the
-  // channels' side, where ATen's copy does better), grids of at most 65535
-  // images and channel tiles; anything else is ATen's copy
+  // the tile kernel serves the dense 4-D layouts of the fallbacks' dtypes
+  // with rows of 32 channels or more (fewer leave most of a warp idle on
+  // the channels' side), grids of at most 65535 images and channel tiles;
+  // fewer channels to NCHW take zero_padded_copy; anything else is ATen's
+  // copy
   const bool dense = t.dim() == 4 && t.is_contiguous(to_nchw ? nhwc : nchw);
   const auto type = t.scalar_type();
   const bool typed = type == at::kFloat || type == at::kHalf || type == at::kBFloat16;
+  if (dense && to_nchw && t.size(1) < kTile) return zero_padded_copy(t, t.size(1), t.size(3));
   if (!dense || !typed || t.size(1) < kTile || t.size(0) > 65535 || t.size(1) > 65535 * kTile ||
       t.numel() == 0) {
     return t.contiguous(layout);
@@ -81,6 +118,28 @@ at::Tensor relayout(const at::Tensor& t, at::MemoryFormat layout) {
   if (type == at::kFloat) launch<float>(t, out, to_nchw);
   else if (type == at::kHalf) launch<__half>(t, out, to_nchw);
   else launch<__nv_bfloat16>(t, out, to_nchw);
+  return out;
+}
+
+at::Tensor zero_padded_copy(const at::Tensor& x, int64_t channels, int64_t width) {
+  TORCH_INTERNAL_ASSERT(x.dim() == 4 && channels >= x.size(1) && width >= x.size(3), "zero_padded_copy: ",
+                        x.sizes(), " to ", channels, " channels, ", width, " columns");
+  auto out = at::empty({x.size(0), channels, x.size(2), width}, x.options());
+  // the kernel's 32-bit rows, columns and channels; one grid row an image row
+  const bool fits = x.size(0) * x.size(2) <= INT32_MAX && channels <= INT32_MAX && width <= INT32_MAX;
+  if (out.numel() == 0) return out;
+  if (!fits) {
+    out.zero_();
+    out.narrow(1, 0, x.size(1)).narrow(3, 0, x.size(3)).copy_(x);
+    return out;
+  }
+  switch (x.element_size()) {
+    case 1: launch_zero_padded_copy<uint8_t>(x, out); break;
+    case 2: launch_zero_padded_copy<uint16_t>(x, out); break;
+    case 4: launch_zero_padded_copy<uint32_t>(x, out); break;
+    case 8: launch_zero_padded_copy<uint64_t>(x, out); break;
+    default: TORCH_INTERNAL_ASSERT(false, "zero_padded_copy: ", x.scalar_type());
+  }
   return out;
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// Copies between NCHW and channels_last: alexop's kernels write NCHW, a
+// Copies between NCHW and channels_last, and NCHW copies padded with zeros: alexop's kernels write NCHW, a
 // channels_last result is copied; the cuDNN fallbacks run either. ATen's
 // copy between the two layouts runs at a fraction of the memory bandwidth
 // (docs/design.md); a tiled transpose of each image's (pixels x channels)
@@ -11,5 +11,14 @@ namespace alexop::cuda {
 
 // t (4-D, dense) in `layout`: itself if it is already, else a fresh copy.
 at::Tensor relayout(const at::Tensor& t, at::MemoryFormat layout);
+
+// x (4-D, any strides) as a fresh NCHW tensor of `channels` channels and
+// `width` columns (at least x's), x's values then zeros, in one pass: the
+// inputs some kernels take (a zero column more, channels zero-padded to 3,
+// a few-channel channels_last input in NCHW). One thread a pixel reads its
+// channels and writes one value to each channel's plane, so both sides run
+// along rows even where the channels are a pixel's innermost dimension,
+// which ATen's copy reads a channel at a time.
+at::Tensor zero_padded_copy(const at::Tensor& x, int64_t channels, int64_t width);
 
 }  // namespace alexop::cuda

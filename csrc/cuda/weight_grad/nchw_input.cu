@@ -3,6 +3,7 @@
 #include "nchw_input.h"
 
 #include "../common/launch.h"
+#include "../common/relayout.h"
 
 #include <ATen/ops/empty.h>
 
@@ -50,7 +51,7 @@ InputPrep input_prep(const at::Tensor& input) {
 
 at::Tensor prepare_input(const at::Tensor& input, InputPrep prep) {
   if (prep == InputPrep::kAsIs) return input;
-  if (prep == InputPrep::kContiguous) return input.contiguous();
+  if (prep == InputPrep::kContiguous) return relayout(input, at::MemoryFormat::Contiguous);
   const int64_t hw = input.size(2) * input.size(3);
   auto out = at::empty(input.sizes(), input.options());
   const int64_t groups = input.numel() / 24;
