@@ -9,6 +9,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+#include <cstring>
+
 namespace alexop::cuda {
 namespace {
 
@@ -60,7 +63,6 @@ void launch(const at::Tensor& in, const at::Tensor& out, bool to_nchw) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-
 // Strides of a 4-D input, in elements.
 struct Strides4 {
   int64_t n, c, h, w;
@@ -81,6 +83,27 @@ __global__ void zero_padded_copy_kernel(const T* __restrict__ x, T* __restrict__
   const int copied = w < W ? C : 0;
   for (int c = 0; c < copied; ++c) dst[c * plane] = src[c * s.c];
   for (int c = copied; c < channels; ++c) dst[c * plane] = T{0};
+}
+
+// A channels_last 3-channel image of 16-bit values to NCHW, 8 pixels per
+// thread: three 16-byte loads of (pixel, channel) pairs, three 16-byte
+// stores of one channel's 8 pixels. hw8: pixels per image / 8.
+__global__ void nhwc3_to_nchw_kernel(const uint4* __restrict__ x, uint4* __restrict__ y, int64_t groups,
+                                     int64_t hw8) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < groups;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const uint4 in[3] = {x[3 * i], x[3 * i + 1], x[3 * i + 2]};
+    uint16_t v[24];
+    memcpy(v, in, sizeof(in));
+    const int64_t n = i / hw8, g = i - n * hw8;
+    for (int c = 0; c < 3; ++c) {
+      uint16_t o[8];
+      for (int p = 0; p < 8; ++p) o[p] = v[3 * p + c];
+      uint4 out;
+      memcpy(&out, o, sizeof(out));
+      y[(n * 3 + c) * hw8 + g] = out;
+    }
+  }
 }
 
 template <typename T>
@@ -121,14 +144,27 @@ at::Tensor relayout(const at::Tensor& t, at::MemoryFormat layout) {
   return out;
 }
 
+bool nhwc3_transposable(const at::Tensor& x) {
+  return x.size(1) == 3 && x.element_size() == 2 && x.is_contiguous(at::MemoryFormat::ChannelsLast) &&
+         x.size(2) * x.size(3) % 8 == 0 && reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 16 == 0;
+}
+
 at::Tensor zero_padded_copy(const at::Tensor& x, int64_t channels, int64_t width) {
   TORCH_INTERNAL_ASSERT(x.dim() == 4 && channels >= x.size(1) && width >= x.size(3), "zero_padded_copy: ",
                         x.sizes(), " to ", channels, " channels, ", width, " columns");
   auto out = at::empty({x.size(0), channels, x.size(2), width}, x.options());
-  // the kernel's 32-bit rows, columns and channels; one grid row an image row
-  const bool fits = x.size(0) * x.size(2) <= INT32_MAX && channels <= INT32_MAX && width <= INT32_MAX;
   if (out.numel() == 0) return out;
-  if (!fits) {
+  if (channels == x.size(1) && width == x.size(3) && nhwc3_transposable(x)) {
+    constexpr int kThreads = 256;
+    const int64_t groups = x.numel() / 24;
+    nhwc3_to_nchw_kernel<<<grid_stride_blocks(groups, kThreads), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+        static_cast<const uint4*>(x.const_data_ptr()), static_cast<uint4*>(out.mutable_data_ptr()), groups,
+        x.size(2) * x.size(3) / 8);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+  }
+  // the kernel's grid: a row of blocks an image row, 32-bit counts
+  if (x.size(0) * x.size(2) > INT32_MAX || channels > INT32_MAX || width > INT32_MAX) {
     out.zero_();
     out.narrow(1, 0, x.size(1)).narrow(3, 0, x.size(3)).copy_(x);
     return out;

@@ -21,4 +21,9 @@ at::Tensor relayout(const at::Tensor& t, at::MemoryFormat layout);
 // which ATen's copy reads a channel at a time.
 at::Tensor zero_padded_copy(const at::Tensor& x, int64_t channels, int64_t width);
 
+// Whether zero_padded_copy moves x (no zeros added) by 16-byte loads and
+// stores: a dense channels_last 3-channel 16-bit tensor, 16-byte aligned,
+// of images of a multiple of 8 pixels.
+bool nhwc3_transposable(const at::Tensor& x);
+
 }  // namespace alexop::cuda

@@ -1,10 +1,10 @@
 #pragma once
 // How the weight gradient receives its input. The 16-bit kernels read NCHW
-// rows (in pairs), so a 16-bit channels_last input is transposed first: for
-// the 3-channel images they are built for by a kernel of its own
-// (nhwc3_to_nchw, one pass of 16-byte loads and stores, faster than
-// PyTorch's generic copy); any other non-NCHW layout by relayout. fp32
-// inputs are taken as they are when dense (NCHW or channels_last).
+// rows (in pairs), so a 16-bit channels_last input is copied to NCHW first
+// (relayout): the 3-channel images they are built for by 16-byte loads and
+// stores (nhwc3_transposable, "nhwc3_to_nchw+"), others by
+// zero_padded_copy or, not dense, ATen's copy. fp32 inputs are taken as
+// they are when dense (NCHW or channels_last).
 
 #include <ATen/core/Tensor.h>
 
@@ -12,8 +12,8 @@ namespace alexop::cuda::weight_grad {
 
 enum class InputPrep {
   kAsIs,        // the input itself
-  kContiguous,  // relayout(input, Contiguous): a fresh NCHW copy
-  kTranspose,   // nhwc3_to_nchw: a fresh NCHW copy
+  kContiguous,  // a fresh NCHW copy (relayout)
+  kTranspose,   // a fresh NCHW copy by 16-byte transposes (nhwc3_transposable)
 };
 
 InputPrep input_prep(const at::Tensor& input);
