@@ -355,6 +355,32 @@ def test_forward_planes_odd_width(shape, dtype, channels_last):
         assert guesses(names)["forward"] == f"widen+fwd_planes_{kind}{groups}", names
 
 
+# 16-bit NCHW inputs whose rows are not whole 16-byte units (odd widths, an input one element
+# off a boundary) run the gather kernels on a copy of rows widened with zeros to whole units
+# where the staged kernel fills the GPU and there are more than 64 filters ("widen+"; 227 x 227
+# with padding 2: space-to-depth, padding 5: the staged kernel): within the dtype's bound of
+# float64, every output written, the misaligned input's the same bits as the aligned one's
+# (untimed).
+@pytest.mark.parametrize("shape", [(24, 3, 96, 227, 227, 2), (24, 3, 96, 227, 227, 5), (24, 3, 80, 299, 231, 3),
+                                   (24, 3, 96, 224, 224, 5)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_forward_gather_widened_rows(shape, dtype):
+    n, c, k, h, w, p = shape
+    x, wt, b = make_inputs(n, c, k, h, w, dtype=dtype, device="cuda")
+    off = torch.empty(x.numel() + 1, dtype=dtype, device="cuda")[1:].view(x.shape)
+    off.copy_(x)
+    ref = reference(x, wt, b, p)
+    _poison_allocator(ref.numel(), dtype)
+    with untimed():
+        got, aligned = alexop.conv11s4(off, wt, b, p), alexop.conv11s4(x, wt, b, p)
+        names = [guesses(alexop.kernel_for(t, wt, p))["forward"] for t in (off, x)]
+    assert torch.isfinite(got).all(), "some output element was not written"
+    assert rel_l2(got, ref) <= REL_L2[dtype], names
+    torch.testing.assert_close(got, aligned, rtol=0, atol=0)
+    if wgmma_kernels_run():
+        assert names[0].startswith("widen+fwd_") and names[1].startswith("widen+") == (w % 8 != 0), names
+
+
 # The phase-plane weight gradient reads grad_output from the 16-byte boundary at or before it
 # (so at any alignment) and its slices of 96 filters in place (160 filters: 96 + 64): the same
 # bits from a grad_output 6 bytes off a boundary as from an aligned one.

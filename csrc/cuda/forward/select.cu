@@ -32,6 +32,8 @@
 // bf16 / fp16 (mode: k16Pairs for NCHW of even padding, else k16):
 // 15. wgmma, planes_shape, planes16_aligned         -> planes 16-bit, the same groups
 //     (odd width, even padding: on a copy one zero column wider, planes_widen_pays)
+//     NCHW rows not of whole 16-byte units, staged_fills: 16-19 on a copy of
+//     rows widened to whole units (gather16_widen_pays)
 // 16. wgmma, staged_fills, s2d_aligned              -> space-to-depth, NCHW or channels_last [ldmatrix, no table]
 // 17. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
 // 18. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
@@ -203,6 +205,25 @@ bool planes_widen_pays(const Problem& p) {
   return p.W % 2 != 0 && p.pad % 2 == 0 && !(p.nhwc && staged_fills(p));
 }
 
+// A 16-bit row of whole 16-byte units: padded with zero columns to this
+// width, a row of W values is.
+int64_t units16_width(int64_t W) { return (W + 7) / 8 * 8; }
+
+// The 3-channel gather kernels copy 16-bit NCHW rows of other than whole
+// 16-byte units (odd widths, an input off a 16-byte boundary) element by
+// element through registers, a load each warp waits for; where the staged
+// kernel fills the GPU they run on an NCHW copy of rows widened to whole
+// units instead, one pass (227 x 227 with padding 2 or 5, which the planes
+// do not take), where the widened rows take space-to-depth or the staged
+// kernel (the two-CTA kernel of rows too wide for the staged one saved less
+// than the copy). Only past 64 filters: the copy's cost per input pixel is
+// the same for any K, the kernel's saving grows with it, and at 64 it lost
+// (docs/perf-history.md S46). channels_last rows of 3 W values read in
+// place as they are.
+bool gather16_widen_pays(const Problem& p) {
+  return !p.nhwc && p.K > 64 && staged_fills(p) && !(p.W % 8 == 0 && p.input_align >= 16);
+}
+
 // Other few-channel inputs run the 3-channel kernels on copies of the
 // input's slices of 3 channels (the last zero-padded), where the 3-channel
 // problem gets one: the copies and the partial outputs' sum cost less than
@@ -320,6 +341,13 @@ Choice select_16(const Problem& p) {
     c.widened = true;
     if (planes_fit(kernel_input_problem(c, p), planes_nt8(p.K))) return c;
   }
+  if (wgmma && gather16_widen_pays(p)) {
+    Choice c = select_16(nchw_copy_problem(p, units16_width(p.W)));
+    if (c.kernel == Kernel::kS2d || c.kernel == Kernel::kGmmaStaged) {
+      c.widened = true;
+      return c;
+    }
+  }
   const int nt8 = nt8_for(p.K);
   const MathMode mode = !p.nhwc && p.pad % 2 == 0 ? k16Pairs : k16;
   if (wgmma && staged_fills(p)) {
@@ -379,11 +407,11 @@ Choice select(const Problem& p) {
 }
 
 Problem kernel_input_problem(const Choice& c, const Problem& p) {
-  if (c.widened) return nchw_copy_problem(p, p.W + 1);
+  if (c.widened) return nchw_copy_problem(p, c.kernel == Kernel::kPlanes ? p.W + 1 : units16_width(p.W));
   if (!c.nchw_copy) return p;
   // the chunk kernel's 16-bit rows of whole 16-byte units
   const bool units = c.kernel == Kernel::kGmmaChunks && p.dtype != ScalarType::Float;
-  return nchw_copy_problem(p, units ? (p.W + 7) / 8 * 8 : p.W);
+  return nchw_copy_problem(p, units ? units16_width(p.W) : p.W);
 }
 
 namespace {

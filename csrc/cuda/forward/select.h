@@ -46,8 +46,10 @@ struct Choice {
   // the phase planes of a 16-bit NCHW input of 1 or 2 channels (the missing
   // channels' planes zero), not a zero-padded copy ("_1ch")
   int input_channels = 3;
-  // the phase planes of a 16-bit input of odd width on an NCHW copy one zero
-  // column wider (kernel_input_problem), whose rows their 4-byte copies take ("widen+")
+  // a 16-bit input on an NCHW copy with zero columns added ("widen+",
+  // kernel_input_problem): for the phase planes of an odd width one, whose
+  // rows their 4-byte copies take; for the gather kernels up to whole
+  // 16-byte units, which they copy whole
   bool widened = false;
 };
 
@@ -61,9 +63,11 @@ int64_t planes_group_width(int64_t K);
 // The problem of the input choice c reads for p (the forward makes it): p's
 // own, or a fresh NCHW copy (c.nchw_copy: of a channels_last input, in
 // 16-bit the chunk kernel's rows padded with zero columns to whole 16-byte
-// units, which it copies whole; c.widened: one zero column wider than p's
-// odd width, where the column lies in the padding's zeros, or past every
-// window where there is none). The output stays p's.
+// units, which it copies whole; c.widened: for the phase planes one zero
+// column wider than p's odd width, where the column lies in the padding's
+// zeros, or past every window where there is none; for the gather kernels
+// rows of whole 16-byte units, whose columns past p's W read as the
+// padding's zeros). The output stays p's.
 Problem kernel_input_problem(const Choice& c, const Problem& p);
 
 // Whether the chosen kernel writes the output at its strides, NCHW or
