@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -63,26 +64,51 @@ void launch(const at::Tensor& in, const at::Tensor& out, bool to_nchw) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// Strides of a 4-D input, in elements.
+// Strides of a 4-D input, in elements: within an image 32-bit offsets (the
+// launcher checks that an image's span fits), which keep the kernel's
+// registers few enough for every thread slot of an SM.
 struct Strides4 {
-  int64_t n, c, h, w;
+  int64_t n;
+  int c, h, w;
 };
 
+// Rows of the image a thread copies, one column of each: their loads of a
+// channel issue together. A pixel's few channels alone left too few loads in
+// flight to keep the memory busy (docs/perf-history.md S47).
+constexpr int kBand = 8;
+
 // out[n][c][h][w] = x[n][c][h][w] for c < C and w < W, else 0; blockIdx.x
-// an (image, row), y a block of columns. T: the elements' bits (a copy
-// needs no arithmetic, so any dtype of that size).
+// an (image, band of kBand rows), y a block of columns. T: the elements'
+// bits (a copy needs no arithmetic, so any dtype of that size).
 template <typename T>
-__global__ void zero_padded_copy_kernel(const T* __restrict__ x, T* __restrict__ out, Strides4 s, int C,
-                                        int channels, int H, int W, int width) {
+__global__ void __launch_bounds__(256) zero_padded_copy_kernel(const T* __restrict__ x, T* __restrict__ out,
+                                                               Strides4 s, int C, int channels, int H, int W,
+                                                               int width, int bands) {
   const int w = blockIdx.y * blockDim.x + threadIdx.x;
   if (w >= width) return;
-  const int64_t n = blockIdx.x / H, h = blockIdx.x - n * H;
-  const int64_t plane = int64_t{H} * width;
-  T* dst = out + n * channels * plane + h * width + w;
-  const T* src = x + n * s.n + h * s.h + w * s.w;
+  const int n = blockIdx.x / bands, h0 = (blockIdx.x - n * bands) * kBand;
+  const int rows = min(kBand, H - h0), plane = H * width;
+  T* dst = out + int64_t{n} * channels * plane;
+  const T* src = x + n * s.n;
+  const int from = h0 * s.h + w * s.w, to = h0 * width + w;
   const int copied = w < W ? C : 0;
-  for (int c = 0; c < copied; ++c) dst[c * plane] = src[c * s.c];
-  for (int c = copied; c < channels; ++c) dst[c * plane] = T{0};
+  for (int c = 0; c < copied; ++c) {
+    T v[kBand];
+#pragma unroll
+    for (int r = 0; r < kBand; ++r) {
+      if (r < rows) v[r] = src[from + c * s.c + r * s.h];
+    }
+#pragma unroll
+    for (int r = 0; r < kBand; ++r) {
+      if (r < rows) dst[to + c * plane + r * width] = v[r];
+    }
+  }
+  for (int c = copied; c < channels; ++c) {
+#pragma unroll
+    for (int r = 0; r < kBand; ++r) {
+      if (r < rows) dst[to + c * plane + r * width] = T{0};
+    }
+  }
 }
 
 // A channels_last 3-channel image of 16-bit values to NCHW, 8 pixels per
@@ -108,13 +134,13 @@ __global__ void nhwc3_to_nchw_kernel(const uint4* __restrict__ x, uint4* __restr
 
 template <typename T>
 void launch_zero_padded_copy(const at::Tensor& x, const at::Tensor& out) {
-  const int64_t rows = x.size(0) * x.size(2), width = out.size(3);
+  const int64_t bands = (x.size(2) + kBand - 1) / kBand, width = out.size(3);
   const int threads = (int)std::min<int64_t>(256, (width + 31) / 32 * 32);
-  const dim3 grid((unsigned)rows, (unsigned)((width + threads - 1) / threads));
-  const Strides4 s{x.stride(0), x.stride(1), x.stride(2), x.stride(3)};
+  const dim3 grid((unsigned)(x.size(0) * bands), (unsigned)((width + threads - 1) / threads));
+  const Strides4 s{x.stride(0), (int)x.stride(1), (int)x.stride(2), (int)x.stride(3)};
   zero_padded_copy_kernel<T><<<grid, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       static_cast<const T*>(x.const_data_ptr()), static_cast<T*>(out.mutable_data_ptr()), s, (int)x.size(1),
-      (int)out.size(1), (int)x.size(2), (int)x.size(3), (int)width);
+      (int)out.size(1), (int)x.size(2), (int)x.size(3), (int)width, (int)bands);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -163,8 +189,10 @@ at::Tensor zero_padded_copy(const at::Tensor& x, int64_t channels, int64_t width
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
   }
-  // the kernel's grid: a row of blocks an image row, 32-bit counts
-  if (x.size(0) * x.size(2) > INT32_MAX || channels > INT32_MAX || width > INT32_MAX) {
+  // the kernel's 32-bit counts and offsets within an image, in and out
+  int64_t span = 0;
+  for (int d = 1; d < 4; ++d) span += (x.size(d) - 1) * x.stride(d);
+  if (x.size(0) * x.size(2) > INT32_MAX || span >= INT32_MAX || channels * x.size(2) * width >= INT32_MAX) {
     out.zero_();
     out.narrow(1, 0, x.size(1)).narrow(3, 0, x.size(3)).copy_(x);
     return out;
