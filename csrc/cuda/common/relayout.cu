@@ -72,22 +72,22 @@ struct Strides4 {
   int c, h, w;
 };
 
-// Rows of the image a thread copies, one column of each: their loads of a
-// channel issue together. A pixel's few channels alone left too few loads in
-// flight to keep the memory busy (docs/perf-history.md S47).
+// Rows of the image a thread copies at most, one column of each: their
+// loads of a channel issue together. A pixel's few channels alone left too
+// few loads in flight to keep the memory busy (docs/perf-history.md S47).
 constexpr int kBand = 8;
 
 // out[n][c][h][w] = x[n][c][h][w] for c < C and w < W, else 0; blockIdx.x
-// an (image, band of kBand rows), y a block of columns. T: the elements'
-// bits (a copy needs no arithmetic, so any dtype of that size).
+// an (image, band of `band` <= kBand rows), y a block of columns. T: the
+// elements' bits (a copy needs no arithmetic, so any dtype of that size).
 template <typename T>
 __global__ void __launch_bounds__(256) zero_padded_copy_kernel(const T* __restrict__ x, T* __restrict__ out,
                                                                Strides4 s, int C, int channels, int H, int W,
-                                                               int width, int bands) {
+                                                               int width, int band, int bands) {
   const int w = blockIdx.y * blockDim.x + threadIdx.x;
   if (w >= width) return;
-  const int n = blockIdx.x / bands, h0 = (blockIdx.x - n * bands) * kBand;
-  const int rows = min(kBand, H - h0), plane = H * width;
+  const int n = blockIdx.x / bands, h0 = (blockIdx.x - n * bands) * band;
+  const int rows = min(band, H - h0), plane = H * width;
   T* dst = out + int64_t{n} * channels * plane;
   const T* src = x + n * s.n;
   const int from = h0 * s.h + w * s.w, to = h0 * width + w;
@@ -132,15 +132,26 @@ __global__ void nhwc3_to_nchw_kernel(const uint4* __restrict__ x, uint4* __restr
   }
 }
 
+// The band: kBand rows, or fewer where that would leave the grid short of
+// two blocks an SM (a few images: their loads spread over more SMs instead).
+int64_t copy_band(int64_t N, int64_t H, int64_t column_blocks) {
+  const int64_t blocks = 2 * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  int64_t band = kBand;
+  while (band > 1 && N * ((H + band - 1) / band) * column_blocks < blocks) band /= 2;
+  return band;
+}
+
 template <typename T>
 void launch_zero_padded_copy(const at::Tensor& x, const at::Tensor& out) {
-  const int64_t bands = (x.size(2) + kBand - 1) / kBand, width = out.size(3);
+  const int64_t width = out.size(3);
   const int threads = (int)std::min<int64_t>(256, (width + 31) / 32 * 32);
-  const dim3 grid((unsigned)(x.size(0) * bands), (unsigned)((width + threads - 1) / threads));
+  const int64_t column_blocks = (width + threads - 1) / threads;
+  const int64_t band = copy_band(x.size(0), x.size(2), column_blocks), bands = (x.size(2) + band - 1) / band;
+  const dim3 grid((unsigned)(x.size(0) * bands), (unsigned)column_blocks);
   const Strides4 s{x.stride(0), (int)x.stride(1), (int)x.stride(2), (int)x.stride(3)};
   zero_padded_copy_kernel<T><<<grid, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       static_cast<const T*>(x.const_data_ptr()), static_cast<T*>(out.mutable_data_ptr()), s, (int)x.size(1),
-      (int)out.size(1), (int)x.size(2), (int)x.size(3), (int)width, (int)bands);
+      (int)out.size(1), (int)x.size(2), (int)x.size(3), (int)width, (int)band, (int)bands);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -189,12 +200,20 @@ at::Tensor zero_padded_copy(const at::Tensor& x, int64_t channels, int64_t width
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
   }
-  // the kernel's 32-bit counts and offsets within an image, in and out
+  // the kernel loops over a pixel's channels, and a warp's loads of one
+  // channel of a channels_last input stride over its pixels: it pays while
+  // a pixel's channels fit 16 bytes; wider pixels (the weight gradient's
+  // filter slices of grad_output, 8 float channels) ran slower than ATen's
+  // copy (docs/perf-history.md S47). Also ATen's past the kernel's 32-bit
+  // counts and offsets within an image.
   int64_t span = 0;
   for (int d = 1; d < 4; ++d) span += (x.size(d) - 1) * x.stride(d);
-  if (x.size(0) * x.size(2) > INT32_MAX || span >= INT32_MAX || channels * x.size(2) * width >= INT32_MAX) {
-    out.zero_();
-    out.narrow(1, 0, x.size(1)).narrow(3, 0, x.size(3)).copy_(x);
+  if (x.size(1) * x.element_size() > 16 || x.size(0) * x.size(2) > INT32_MAX || span >= INT32_MAX ||
+      channels * x.size(2) * width >= INT32_MAX) {
+    const int64_t C = x.size(1), W = x.size(3);
+    if (width > W) out.narrow(3, W, width - W).zero_();
+    if (channels > C) out.narrow(1, C, channels - C).zero_();
+    out.narrow(1, 0, C).narrow(3, 0, W).copy_(x);
     return out;
   }
   switch (x.element_size()) {

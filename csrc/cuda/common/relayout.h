@@ -13,12 +13,14 @@ namespace alexop::cuda {
 at::Tensor relayout(const at::Tensor& t, at::MemoryFormat layout);
 
 // x (4-D, any strides) as a fresh NCHW tensor of `channels` channels and
-// `width` columns (at least x's), x's values then zeros, in one pass: the
-// inputs some kernels take (a zero column more, channels zero-padded to 3,
-// a few-channel channels_last input in NCHW). One thread a pixel column of a
-// band of rows reads their channels and writes one value to each channel's
-// plane, so both sides run along rows even where the channels are a pixel's
-// innermost dimension, which ATen's copy reads a channel at a time.
+// `width` columns (at least x's), x's values then zeros: the inputs some
+// kernels take (a zero column more, channels zero-padded to 3, a
+// few-channel channels_last input in NCHW, grad_output's filter slices).
+// Where a pixel's channels fit 16 bytes, one pass: one thread a pixel
+// column of a band of rows reads their channels and writes one value to
+// each channel's plane, so both sides run along rows even where the
+// channels are a pixel's innermost dimension, which ATen's copy reads a
+// channel at a time. Wider pixels take ATen's copy.
 at::Tensor zero_padded_copy(const at::Tensor& x, int64_t channels, int64_t width);
 
 // Whether zero_padded_copy moves x (no zeros added) by 16-byte loads and
