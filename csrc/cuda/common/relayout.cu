@@ -132,10 +132,10 @@ __global__ void nhwc3_to_nchw_kernel(const uint4* __restrict__ x, uint4* __restr
   }
 }
 
-// The band: kBand rows, or fewer where that would leave the grid short of
-// two blocks an SM (a few images: their loads spread over more SMs instead).
+// The band: kBand rows, or fewer where that would leave an SM without a
+// block (a single image: its loads spread over more SMs instead).
 int64_t copy_band(int64_t N, int64_t H, int64_t column_blocks) {
-  const int64_t blocks = 2 * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t blocks = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   int64_t band = kBand;
   while (band > 1 && N * ((H + band - 1) / band) * column_blocks < blocks) band /= 2;
   return band;

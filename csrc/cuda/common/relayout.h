@@ -1,9 +1,10 @@
 #pragma once
-// Copies between NCHW and channels_last, and NCHW copies padded with zeros: alexop's kernels write NCHW, a
-// channels_last result is copied; the cuDNN fallbacks run either. ATen's
-// copy between the two layouts runs at a fraction of the memory bandwidth
-// (docs/design.md); a tiled transpose of each image's (pixels x channels)
-// matrix through shared memory reads and writes whole rows.
+// Copies between NCHW and channels_last, and NCHW copies padded with zeros:
+// alexop's kernels write NCHW, a channels_last result is copied; the cuDNN
+// fallbacks run either. ATen's copy between the two layouts runs at a
+// fraction of the memory bandwidth (docs/design.md); a tiled transpose of
+// each image's (pixels x channels) matrix through shared memory reads and
+// writes whole rows.
 
 #include <ATen/core/Tensor.h>
 

@@ -2,9 +2,9 @@
 // How the weight gradient receives its input. The 16-bit kernels read NCHW
 // rows (in pairs), so a 16-bit channels_last input is copied to NCHW first
 // (relayout): the 3-channel images they are built for by 16-byte loads and
-// stores (nhwc3_transposable, "nhwc3_to_nchw+"), others by
-// zero_padded_copy or, not dense, ATen's copy. fp32 inputs are taken as
-// they are when dense (NCHW or channels_last).
+// stores (nhwc3_transposable, "nhwc3_to_nchw+"), others by relayout's
+// kernels or ATen's copy. fp32 inputs are taken as they are when dense
+// (NCHW or channels_last).
 
 #include <ATen/core/Tensor.h>
 
