@@ -9,6 +9,7 @@ import alexop
 from conftest import (
     REL_L2,
     assert_layout_like,
+    grads_reference,
     guesses,
     make_inputs,
     needs_cuda,
@@ -436,6 +437,35 @@ def test_weight_grad_planes_channels_last_grad_output(c, k, dtype, x_channels_la
     if wgmma_kernels_run() and x_channels_last and c > 1:
         name = guesses(alexop.kernel_for(x, wt, 2))["weight_grad"]
         assert "wgrad_planes" in name and name.endswith("_dynhwc") == (k % 8 == 0), name
+
+
+# The wgmma weight gradient of more than 96 filters reads grad_output's filter slices in place,
+# the kernel's rows past a slice's channels zero (128: 96 + 32 of 64 rows; 200: 96 + 96 + 8;
+# 160: 96 + 64): within float64's bound, and the same bits as from a grad_output one element off a
+# 16-byte boundary, whose slices it gets as zero-padded copies; an Inf in it too (the reductions
+# recompute NaN sums from the view, the rows past it as zeros; untimed).
+@pytest.mark.parametrize("c,k,mode", [(3, 128, "tf32"), (3, 200, "fp32"), (1, 384, "tf32"), (4, 128, "fp32"),
+                                      (2, 160, "tf32")], ids=str)
+@pytest.mark.parametrize("inf", [False, True], ids=["finite", "inf"])
+def test_weight_grad_filter_slices_in_place(c, k, mode, inf):
+    x, wt, b = make_inputs(8, c, k, 224, 224, dtype=torch.float32, device="cuda")
+    gy = torch.randn(8, k, 55, 55, device="cuda")
+    if inf:
+        gy[3, k - 1, 10, 20] = float("inf")
+    off = torch.empty(gy.numel() + 1, device="cuda")[1:].view(gy.shape)
+    off.copy_(gy)
+    with precision("medium" if mode == "tf32" else "highest"), untimed():
+        got = torch.ops.alexop.conv11s4_backward_weight(gy, x, 2, True)
+        copied = torch.ops.alexop.conv11s4_backward_weight(off, x, 2, True)
+        name = guesses(alexop.kernel_for(x, wt, 2))["weight_grad"]
+    for g, r in zip(got, copied):
+        torch.testing.assert_close(g, r, rtol=0, atol=0, equal_nan=True)
+    if not inf:
+        _, want_gw, want_gb = grads_reference(x, wt, b, gy, 2)
+        bound = 1e-3 if mode == "tf32" else 1e-5
+        assert rel_l2(got[0], want_gw) <= bound and rel_l2(got[1], want_gb) <= bound, name
+    if wgmma_kernels_run():
+        assert "kslice96x" in name and "wgrad_gmma" in name, name
 
 
 # 16-bit channels_last inputs are transposed to NCHW for the weight gradient

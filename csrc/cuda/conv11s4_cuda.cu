@@ -404,11 +404,23 @@ at::Tensor conv11s4_backward_input_cuda(
   return input_grad_alexop(choice, p, grad_output, weight, input_size, format);
 }
 
+// Whether the weight gradient of choice reads grad_output's filter slices
+// in place: the phase-plane kernel (it takes dy's image stride and any
+// count up to its width), and the wgmma kernel (it takes the image stride
+// and zero-fills its rows past the slice) from an NCHW gy on a 16-byte
+// boundary, where every slice starts on one (96 channel planes of 2- or
+// 4-byte values are a multiple of 16 bytes).
+bool reads_dy_slices(const cuda::weight_grad::Choice& choice, const at::Tensor& gy) {
+  namespace wg = cuda::weight_grad;
+  return choice.kernel == wg::Kernel::kPlanes ||
+         (choice.kernel == wg::Kernel::kGmma && gy.is_contiguous() && cuda::alignment(gy.const_data_ptr()) >= 16);
+}
+
 // grad_output's channels as the kernels take them: all K, or (where the
 // choice slices the filters) slices of up to kFilterSlice channels: views
-// for the phase-plane kernel (it takes dy's image stride and any count up
-// to its width), else fresh copies, the last zero-padded to a width the
-// kernels are built for. Made once and shared by every input slice.
+// where the kernel reads them in place (reads_dy_slices), else fresh
+// copies, the last zero-padded to a width the kernels are built for. Made
+// once and shared by every input slice.
 std::vector<at::Tensor> filter_slices(const at::Tensor& gy, bool sliced, bool views) {
   namespace wg = cuda::weight_grad;
   const int64_t K = gy.size(1);
@@ -424,16 +436,18 @@ std::vector<at::Tensor> filter_slices(const at::Tensor& gy, bool sliced, bool vi
 
 // The weight gradient of all K filters for one input operand x (the input as
 // the kernels take it, or one slice of it), from grad_output's filter slices
-// dys; each slice's rows past K are cut.
+// dys; each slice's rows past K are cut. padded: the slices are views of
+// the wgmma kernel (reads_dy_slices), each run as the width of filters it
+// is built for, like a zero-padded copy.
 at::Tensor weight_grad_filters(
     const std::vector<at::Tensor>& dys, const at::Tensor& x, int64_t K, int64_t padding,
-    bool transposed, at::Tensor* grad_bias) {
+    bool transposed, bool padded, at::Tensor* grad_bias) {
   namespace wg = cuda::weight_grad;
   const bool sliced = dys.size() > 1 || dys[0].size(1) != K;
   std::vector<at::Tensor> parts;
   int64_t k0 = 0;
   for (const auto& dy : dys) {
-    const int64_t width = dy.size(1), kk = std::min(width, K - k0);
+    const int64_t width = padded ? wg::filter_width(dy.size(1)) : dy.size(1), kk = std::min(width, K - k0);
     // dy: grad_output or a view of its channels (filter_slices), NCHW or
     // (where the choice said so) channels_last
     const int align = cuda::alignment(dy.const_data_ptr());
@@ -445,9 +459,10 @@ at::Tensor weight_grad_filters(
                                               : at::empty({width}, x.options());
     const auto choice = wg::select(p);
     // x is the whole input or one slice as the kernels take it: never sliced
-    // again; a view of dy's channels only for the kernel that reads one
+    // again; a view of dy's channels only for the kernels that read one
     TORCH_INTERNAL_ASSERT(
-        choice.slices == 0 && (dy.is_contiguous() || choice.kernel == wg::Kernel::kPlanes),
+        choice.slices == 0 && (dy.is_contiguous() || choice.kernel == wg::Kernel::kPlanes ||
+                               (padded && choice.kernel == wg::Kernel::kGmma)),
         "weight gradient: a slice chose ", wg::name(choice));
     wg::launch(
         choice, p,
@@ -473,7 +488,8 @@ std::tuple<at::Tensor, at::Tensor> weight_grad_alexop(
   // or 2 on the phase-plane kernel; the bias's with the first), then joined
   // and cut to C
   const bool planes = choice.kernel == cuda::weight_grad::Kernel::kPlanes;
-  const auto dys = filter_slices(gy, choice.filter_slices > 0, planes);
+  const bool views = reads_dy_slices(choice, gy);
+  const auto dys = filter_slices(gy, choice.filter_slices > 0, views);
   const auto source = slices_source(input, choice.slices);
   std::vector<at::Tensor> grad_weights;
   for (int g = 0; g < std::max(choice.slices, 1); ++g) {
@@ -482,7 +498,7 @@ std::tuple<at::Tensor, at::Tensor> weight_grad_alexop(
         : choice.widened ? widened_copy(input, input.size(1))
                          : cuda::weight_grad::prepare_input(input, prep);
     grad_weights.push_back(weight_grad_filters(
-        dys, x, K, padding, choice.transposed,
+        dys, x, K, padding, choice.transposed, views && !planes,
         bias_grad && g == 0 ? &grad_bias : nullptr));
   }
   if (choice.slices == 0) return {grad_weights[0].contiguous(), grad_bias};

@@ -106,7 +106,8 @@ WgradOperands wgrad_operands(const Tensor& dy, const Tensor& x, int pad) {
 // bias gradient of channel k, to *out: a sum over every output pixel (n, p,
 // q), padded pixels as zeros. N * P * Q terms a result: slow, but reached
 // only where an operand is Inf or NaN. It stores the result itself, so that
-// no value of the caller lives across the call.
+// no value of the caller lives across the call. A filter k past dy's
+// channels (a kernel's rows past a filter slice, cut by the caller) is 0.
 template <typename T>
 __device__ __noinline__ void weight_grad(const WgradOperands o, int k, int tap, T* out) {
   const T* dy = static_cast<const T*>(o.dy);
@@ -115,7 +116,7 @@ __device__ __noinline__ void weight_grad(const WgradOperands o, int k, int tap, 
   const int c = tap / (kR * kR), r = tap / kR % kR, s = tap % kR;
   double acc = 0.0;
 #pragma unroll 1
-  for (int n = 0; n < o.N; ++n) {
+  for (int n = 0; n < (k < o.K ? o.N : 0); ++n) {
     const T* dyk = dy + n * o.sdy.n + k * o.sdy.c;
     const T* xc = x + n * o.sx.n + c * o.sx.c;
 #pragma unroll 1

@@ -181,7 +181,8 @@ __device__ __forceinline__ void gflush(float (&acc)[2][NT8 * 4], float* wsl, int
 // 16-bit: a pair, sh = pad & 1).
 template <typename T, int MODE, int NT8, bool VEC>
 __global__ void __launch_bounds__(kGThreads, 1)
-    wgrad_gmma_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t sN, int64_t sC, int64_t sH,
+    wgrad_gmma_kernel(const T* __restrict__ dy, int64_t sdyN, int kdy, const T* __restrict__ x, int64_t sN,
+                      int64_t sC, int64_t sH,
                       int64_t sW, int K, int H, int W, int P, int Q, int pad, int nQc, int64_t U, int S,
                       float* __restrict__ ws) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -248,14 +249,19 @@ __global__ void __launch_bounds__(kGThreads, 1)
   // the A fragments and has no registers to spare: it recomputes them, and
   // its A rows' ring offsets too (carried, they spilled in 3xTF32).
   constexpr bool kCarry = !H3;
-  // dy: warp w < NT8 stages rows n = 8w + r7 (see DyRow).
+  // dy: warp w < NT8 stages rows n = 8w + r7 (see DyRow); images sdyN
+  // apart, kdy channels (rows past them staged as zeros, their start that
+  // of the last channel's row, which the copies do not read)
   const bool dyw = warp < NT8;
   const int r7 = lane & 7, kq = lane >> 3;
   const int ndy = warp * 8 + r7;
+  const bool dy_live = ndy < kdy;
   using Dy = DyRow<T, NCH>;
-  auto dy_start = [&](int64_t img, int qc, int p) { return ((img * K + ndy) * P + p) * Q + (int64_t)qc * QC; };
+  auto dy_start = [&](int64_t img, int qc, int p) {
+    return img * sdyN + ((int64_t)min(ndy, kdy - 1) * P + p) * Q + (int64_t)qc * QC;
+  };
   auto copy_dy = [&](int64_t start, int buf, int qvalid) {
-    const Dy d(dy, stg0 + (uint32_t)(EB * (buf * MH + ndy) * G::kLD), start, kq, qvalid);
+    const Dy d(dy, stg0 + (uint32_t)(EB * (buf * MH + ndy) * G::kLD), start, kq, dy_live ? qvalid : -QC - 16);
 #pragma unroll
     for (int i = 0; i < (NCH + 3) / 4; ++i) d.copy(kq, i);
   };
@@ -615,14 +621,22 @@ __global__ void __launch_bounds__(kGThreads, 1)
 template <typename T, int MODE, int NT8, bool VEC>
 void launch_gmma(const Problem& pr, const Args& a) {
   const at::Tensor &go = a.grad_output, &in = a.input;
-  const SplitK sk = split_k(go, in, GmmaGeo<T, MODE>::kQC);
+  // dy: NCHW channel planes (strides of dimensions of one element aside),
+  // grad_output or a view of its channels (one filter slice, in place), the
+  // kernel's rows past them read as zeros
+  const auto dense = [&](int d, int64_t stride) { return go.size(d) == 1 || go.stride(d) == stride; };
+  TORCH_INTERNAL_ASSERT(dense(3, 1) && dense(2, pr.Q) && dense(1, pr.P * pr.Q) && go.size(1) <= pr.K &&
+                            reinterpret_cast<uintptr_t>(go.data_ptr()) % 16 == 0,
+                        "wgmma weight gradient: a 16-byte aligned NCHW dy of at most ", pr.K, " channels");
+  const SplitK sk = split_k(go, in, pr.K, GmmaGeo<T, MODE>::kQC);
   auto stream = c10::cuda::getCurrentCUDAStream();
   constexpr int smem = gsmem_bytes<T, MODE, NT8>();
   auto kern = wgrad_gmma_kernel<T, MODE, NT8, VEC>;
   allow_max_dynamic_smem(kern);
-  kern<<<sk.S, kGThreads, smem, stream>>>(go.data_ptr<T>(), in.data_ptr<T>(), in.stride(0), in.stride(1),
-                                          in.stride(2), in.stride(3), (int)pr.K, (int)pr.H, (int)pr.W, (int)pr.P,
-                                          (int)pr.Q, (int)pr.pad, sk.nQc, sk.U, sk.S, sk.partials());
+  kern<<<sk.S, kGThreads, smem, stream>>>(go.data_ptr<T>(), go.stride(0), (int)go.size(1), in.data_ptr<T>(),
+                                          in.stride(0), in.stride(1), in.stride(2), in.stride(3), (int)pr.K,
+                                          (int)pr.H, (int)pr.W, (int)pr.P, (int)pr.Q, (int)pr.pad, sk.nQc, sk.U,
+                                          sk.S, sk.partials());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   reduce_partials<T>(sk, pr, a, stream);
 }

@@ -468,7 +468,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <int MODE, int MT>
 void launch_f32(const Problem& pr, const Args& a) {
   const at::Tensor &go = a.grad_output, &in = a.input;
-  const SplitK sk = split_k(go, in, kQC2);
+  const SplitK sk = split_k(go, in, pr.K, kQC2);
   auto stream = c10::cuda::getCurrentCUDAStream();
   const int flush = MODE == k3xTf32 ? 8 : 0;
   const int smem = wgrad2_smem_floats<MT>() * (int)sizeof(float);
@@ -485,7 +485,7 @@ void launch_f32(const Problem& pr, const Args& a) {
 template <typename T, int MT>
 void launch_pairs(const Problem& pr, const Args& a) {
   const at::Tensor &go = a.grad_output, &in = a.input;
-  const SplitK sk = split_k(go, in, kQC3);
+  const SplitK sk = split_k(go, in, pr.K, kQC3);
   auto stream = c10::cuda::getCurrentCUDAStream();
   const int smem = wgrad3_smem_halves<MT>() * 2;
   auto kern = wgrad_h16_kernel<T, MT>;
@@ -501,7 +501,7 @@ template <typename T, int MT>
 void launch_strided(const Problem& pr, const Args& a) {
   const at::Tensor &go = a.grad_output, &in = a.input;
   static_assert(Geo1::QC == kQC3, "the 16-bit kernels split the work alike");
-  const SplitK sk = split_k(go, in, kQC3);
+  const SplitK sk = split_k(go, in, pr.K, kQC3);
   auto stream = c10::cuda::getCurrentCUDAStream();
   const int smem = (Geo1::ONES + kQC3 + MT * 16 * Geo1::LDA) * 2;
   auto kern = wgrad_partial_kernel<T, MT>;

@@ -215,19 +215,21 @@ __global__ void __launch_bounds__(256, ALEXOP_REDUCE_CTAS) wgrad_reduce_kernel(c
 }
 
 // Split-K bookkeeping shared by the launchers: a unit is qc pixels of one
-// output row, S = min(#SMs, units) slices, one fp32 partial [K][kNW] each.
+// output row, S = min(#SMs, units) slices, one fp32 partial [K][kNW] each
+// (K: the filters the kernel is built for; a view of grad_output's channels
+// may hold fewer).
 struct SplitK {
   int nQc, S;
   int64_t U;
   at::Tensor ws;
   float* partials() const { return static_cast<float*>(ws.data_ptr()); }
 };
-inline SplitK split_k(const at::Tensor& go, const at::Tensor& in, int qc) {
+inline SplitK split_k(const at::Tensor& go, const at::Tensor& in, int64_t K, int qc) {
   SplitK sk;
   sk.nQc = (int)((go.size(3) + qc - 1) / qc);
   sk.U = go.size(0) * sk.nQc * go.size(2);
   sk.S = (int)std::min<int64_t>(at::cuda::getCurrentDeviceProperties()->multiProcessorCount, sk.U);
-  sk.ws = scratch(in, (int64_t)sk.S * go.size(1) * kNW * (int64_t)sizeof(float));
+  sk.ws = scratch(in, (int64_t)sk.S * K * kNW * (int64_t)sizeof(float));
   return sk;
 }
 // The slices' partials summed in slice order into grad_weight / grad_bias.
