@@ -468,6 +468,38 @@ def test_weight_grad_filter_slices_in_place(c, k, mode, inf):
         assert "kslice96x" in name and "wgrad_gmma" in name, name
 
 
+# The wgmma weight gradient (16-byte input copies) reads the last input slice of 1 or 2 channels
+# (1, 2: the whole input, "pad3+"; 4, 5: after one or two slices of 3) in place, staging the rows
+# of the channels past it as zeros: the same bits as from an input one element off a 16-byte
+# boundary, whose slices it gets as zero-padded copies, within float64's bound; an Inf in the
+# input too (the reductions recompute NaN sums from the view, its missing channels as zeros).
+@pytest.mark.parametrize("c,k,hw,mode", [(1, 96, 224, "tf32"), (2, 64, 224, "fp32"), (4, 96, 224, "tf32"),
+                                         (5, 64, 224, "fp32"), (1, 64, 256, "bf16"), (4, 96, 256, "bf16")],
+                         ids=str)
+@pytest.mark.parametrize("inf", [False, True], ids=["finite", "inf"])
+def test_weight_grad_channel_slices_in_place(c, k, hw, mode, inf):
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    x, wt, b = make_inputs(8, c, k, hw, hw, dtype=dtype, device="cuda")
+    if inf:
+        x[2, c - 1, 40, 41] = float("inf")
+    q = (hw + 4 - 11) // 4 + 1
+    gy = torch.randn(8, k, q, q, device="cuda").to(dtype)
+    off = torch.empty(x.numel() + 1, device="cuda", dtype=dtype)[1:].view(x.shape)
+    off.copy_(x)
+    with precision("medium" if mode == "tf32" else "highest"), untimed():
+        got = torch.ops.alexop.conv11s4_backward_weight(gy, x, 2, True)
+        copied = torch.ops.alexop.conv11s4_backward_weight(gy, off, 2, True)
+        name = guesses(alexop.kernel_for(x, wt, 2))["weight_grad"]
+    for g, r in zip(got, copied):
+        torch.testing.assert_close(g, r, rtol=0, atol=0, equal_nan=True)
+    if not inf:
+        _, want_gw, want_gb = grads_reference(x, wt, b, gy, 2)
+        bound = {"tf32": 1e-3, "fp32": 1e-5, "bf16": 1e-2}[mode]
+        assert rel_l2(got[0], want_gw) <= bound and rel_l2(got[1], want_gb) <= bound, name
+    if wgmma_kernels_run():
+        assert ("pad3+" in name or "slice3x" in name) and "wgrad_gmma" in name and name.endswith("_vec"), name
+
+
 # 16-bit channels_last inputs are transposed to NCHW for the weight gradient
 # (3 channels, H x W a multiple of 8: the operator's own 16-byte transpose;
 # otherwise contiguous(); an odd width, a copy one column wider): the gradients

@@ -169,18 +169,21 @@ at::Tensor widened_copy(const at::Tensor& x, int64_t channels) {
   return cuda::zero_padded_copy(x, channels, x.size(3) + 1);
 }
 
-// A weight gradient's slice g: as input_slice, but where the phase-plane
-// kernel runs the slices (built for 1 and 2 channels too) a last slice of
-// 1 or 2 channels as it is, not zero-padded to 3: a view where input_slice
-// would take one, else a copy; and for a widened choice a widened_copy.
-at::Tensor weight_grad_slice(const at::Tensor& x, int64_t g, bool planes, bool widened) {
+// A weight gradient's slice g: as input_slice, but a last slice of 1 or 2
+// channels not zero-padded to 3 where the kernel takes it so: the
+// phase-plane kernel (built for 1 and 2 channels too) as a view where
+// input_slice would take one, else a copy; the wgmma kernel by 16-byte
+// copies (gmma: it stages the rows of the channels past it as zeros) as
+// such a view, else a zero-padded copy. A widened choice: a widened_copy.
+at::Tensor weight_grad_slice(const at::Tensor& x, int64_t g, bool planes, bool gmma, bool widened) {
   const int64_t c0 = cuda::kC * g, n = std::min<int64_t>(cuda::kC, x.size(1) - c0);
   if (widened) return widened_copy(x.narrow(1, c0, n), planes ? n : cuda::kC);
-  if (!planes || n == cuda::kC) return input_slice(x, g);
+  if (!(planes || gmma) || n == cuda::kC) return input_slice(x, g);
   const auto view = x.narrow(1, c0, n);
   const bool as_view = x.is_contiguous() && x.stride(0) <= INT32_MAX &&
       cuda::alignment(view.const_data_ptr()) >= kFresh.align;
-  return as_view ? view : view.contiguous();
+  if (as_view) return view;
+  return planes ? view.contiguous() : slice3(x, g);
 }
 
 // One forward launch of choice, on the input it reads: x, or a fresh NCHW
@@ -438,10 +441,12 @@ std::vector<at::Tensor> filter_slices(const at::Tensor& gy, bool sliced, bool vi
 // the kernels take it, or one slice of it), from grad_output's filter slices
 // dys; each slice's rows past K are cut. padded: the slices are views of
 // the wgmma kernel (reads_dy_slices), each run as the width of filters it
-// is built for, like a zero-padded copy.
+// is built for, like a zero-padded copy; zero_channels: x, of fewer than 3
+// channels, is the wgmma kernel's (weight_grad_slice), run as 3 like a
+// zero-padded copy.
 at::Tensor weight_grad_filters(
     const std::vector<at::Tensor>& dys, const at::Tensor& x, int64_t K, int64_t padding,
-    bool transposed, bool padded, at::Tensor* grad_bias) {
+    bool transposed, bool padded, bool zero_channels, at::Tensor* grad_bias) {
   namespace wg = cuda::weight_grad;
   const bool sliced = dys.size() > 1 || dys[0].size(1) != K;
   std::vector<at::Tensor> parts;
@@ -451,10 +456,11 @@ at::Tensor weight_grad_filters(
     // dy: grad_output or a view of its channels (filter_slices), NCHW or
     // (where the choice said so) channels_last
     const int align = cuda::alignment(dy.const_data_ptr());
-    const auto p = weight_grad_problem(
+    auto p = weight_grad_problem(
         cuda::device(x.get_device()), x, width, padding, operand(x), x.stride(0),
         grad_output_operand(dy.sizes(), dy.strides(), align, true), transposed);
-    auto gw = at::empty({width, x.size(1), kKernelSize, kKernelSize}, x.options());
+    if (zero_channels) p.C = cuda::kC;
+    auto gw = at::empty({width, p.C, kKernelSize, kKernelSize}, x.options());
     auto gb = grad_bias == nullptr || !sliced ? at::Tensor()
                                               : at::empty({width}, x.options());
     const auto choice = wg::select(p);
@@ -462,7 +468,8 @@ at::Tensor weight_grad_filters(
     // again; a view of dy's channels only for the kernels that read one
     TORCH_INTERNAL_ASSERT(
         choice.slices == 0 && (dy.is_contiguous() || choice.kernel == wg::Kernel::kPlanes ||
-                               (padded && choice.kernel == wg::Kernel::kGmma)),
+                               (padded && choice.kernel == wg::Kernel::kGmma)) &&
+            (x.size(1) == p.C || choice.kernel == wg::Kernel::kGmma),
         "weight gradient: a slice chose ", wg::name(choice));
     wg::launch(
         choice, p,
@@ -488,17 +495,20 @@ std::tuple<at::Tensor, at::Tensor> weight_grad_alexop(
   // or 2 on the phase-plane kernel; the bias's with the first), then joined
   // and cut to C
   const bool planes = choice.kernel == cuda::weight_grad::Kernel::kPlanes;
+  // the wgmma kernel by 16-byte copies: it reads a last slice of 1 or 2
+  // channels in place
+  const bool gmma = choice.kernel == cuda::weight_grad::Kernel::kGmma && choice.vec;
   const bool views = reads_dy_slices(choice, gy);
   const auto dys = filter_slices(gy, choice.filter_slices > 0, views);
   const auto source = slices_source(input, choice.slices);
   std::vector<at::Tensor> grad_weights;
   for (int g = 0; g < std::max(choice.slices, 1); ++g) {
     const auto x = choice.slices > 0
-        ? weight_grad_slice(source, g, planes, choice.widened)
+        ? weight_grad_slice(source, g, planes, gmma, choice.widened)
         : choice.widened ? widened_copy(input, input.size(1))
                          : cuda::weight_grad::prepare_input(input, prep);
     grad_weights.push_back(weight_grad_filters(
-        dys, x, K, padding, choice.transposed, views && !planes,
+        dys, x, K, padding, choice.transposed, views && !planes, gmma && x.size(1) < cuda::kC,
         bias_grad && g == 0 ? &grad_bias : nullptr));
   }
   if (choice.slices == 0) return {grad_weights[0].contiguous(), grad_bias};

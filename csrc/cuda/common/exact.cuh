@@ -92,14 +92,15 @@ struct WgradOperands {
   const void* dy;
   const void* x;
   Strides sx, sdy;  // dy: a slice of its channels is a view, NCHW or channels_last
-  int N, K, H, W, P, Q, pad;
+  int N, C, K, H, W, P, Q, pad;  // C: x's channels (a kernel's past them are zeros)
 };
 // The operands of tensors dy and x (any tensor type with ATen's accessors).
 template <typename Tensor>
 WgradOperands wgrad_operands(const Tensor& dy, const Tensor& x, int pad) {
   return {dy.data_ptr(), x.data_ptr(), {x.stride(0), x.stride(1), x.stride(2), x.stride(3)},
           {dy.stride(0), dy.stride(1), dy.stride(2), dy.stride(3)},
-          (int)x.size(0), (int)dy.size(1), (int)x.size(2), (int)x.size(3), (int)dy.size(2), (int)dy.size(3), pad};
+          (int)x.size(0), (int)x.size(1), (int)dy.size(1), (int)x.size(2), (int)x.size(3), (int)dy.size(2),
+          (int)dy.size(3), pad};
 }
 
 // Writes the weight gradient (k, tap = (c, r, s)), or for tap = 363 the
@@ -107,7 +108,8 @@ WgradOperands wgrad_operands(const Tensor& dy, const Tensor& x, int pad) {
 // q), padded pixels as zeros. N * P * Q terms a result: slow, but reached
 // only where an operand is Inf or NaN. It stores the result itself, so that
 // no value of the caller lives across the call. A filter k past dy's
-// channels (a kernel's rows past a filter slice, cut by the caller) is 0.
+// channels (a kernel's rows past a filter slice, cut by the caller) or a
+// channel c past x's (zero rows) is 0.
 template <typename T>
 __device__ __noinline__ void weight_grad(const WgradOperands o, int k, int tap, T* out) {
   const T* dy = static_cast<const T*>(o.dy);
@@ -116,7 +118,7 @@ __device__ __noinline__ void weight_grad(const WgradOperands o, int k, int tap, 
   const int c = tap / (kR * kR), r = tap / kR % kR, s = tap % kR;
   double acc = 0.0;
 #pragma unroll 1
-  for (int n = 0; n < (k < o.K ? o.N : 0); ++n) {
+  for (int n = 0; n < (k < o.K && (bias || c < o.C) ? o.N : 0); ++n) {
     const T* dyk = dy + n * o.sdy.n + k * o.sdy.c;
     const T* xc = x + n * o.sx.n + c * o.sx.c;
 #pragma unroll 1

@@ -39,8 +39,10 @@
 // dy out by word loads; 3xFP16, whose registers are full, recomputes them.
 // Inputs: fp32 any strides (VEC: 16-byte copies of input rows where NCHW,
 // W % 4 == 0 and aligned, else 4-byte copies); 16-bit NCHW with W even
-// (VEC: 16-byte copies where W % 8 == 0 and aligned, else 4-byte pairs); dy
-// 16-byte aligned.
+// (VEC: 16-byte copies where W % 8 == 0 and aligned, else 4-byte pairs), of
+// 3 channels or, VEC, fewer (a last input slice read in place: the rows of
+// the channels past it staged as zeros, not copied in as zeros first; the
+// 4-byte copies have no register left for the count); dy 16-byte aligned.
 
 #include "../common/wgmma.cuh"
 #include "ring.cuh"
@@ -181,7 +183,7 @@ __device__ __forceinline__ void gflush(float (&acc)[2][NT8 * 4], float* wsl, int
 // 16-bit: a pair, sh = pad & 1).
 template <typename T, int MODE, int NT8, bool VEC>
 __global__ void __launch_bounds__(kGThreads, 1)
-    wgrad_gmma_kernel(const T* __restrict__ dy, int64_t sdyN, int kdy, const T* __restrict__ x, int64_t sN,
+    wgrad_gmma_kernel(const T* __restrict__ dy, int64_t sdyN, int kdy, const T* __restrict__ x, int kx, int64_t sN,
                       int64_t sC, int64_t sH,
                       int64_t sW, int K, int H, int W, int P, int Q, int pad, int nQc, int64_t U, int S,
                       float* __restrict__ ws) {
@@ -265,7 +267,10 @@ __global__ void __launch_bounds__(kGThreads, 1)
 #pragma unroll
     for (int i = 0; i < (NCH + 3) / 4; ++i) d.copy(kq, i);
   };
-  // Input rows: one warp per row.
+  // Input rows: one warp per row. x has nx channels (1 to 3; VEC only, where
+  // the registers allow, else 3): the rows of those past them are staged as
+  // zeros, their base that of the last channel, which the copies do not read.
+  const int nx = VEC ? kx : kC;
   struct Row {
     const T* src;  // start of the (clamped, valid) image row
     int iwl;       // first column of the lane's copy
@@ -274,12 +279,12 @@ __global__ void __launch_bounds__(kGThreads, 1)
   };
   // A row's image-and-channel base and the lane's first column depend only
   // on the image and q-chunk (row_of takes them as xc and iwl)
-  auto row_base = [&](int64_t img, int c) { return x + img * sN + c * sC; };
+  auto row_base = [&](int64_t img, int c) { return x + img * sN + min(c, nx - 1) * sC; };
   auto first_col = [&](int qc) { return 4 * qc * QC - pad - sh + EPU * lane; };
   auto row_of = [&](const T* xc, int iwl, int p, int rb, int rr, int c) {
     Row r;
     const int ih = 4 * p - pad + rr;
-    r.ok = ih >= 0 && ih < H;
+    r.ok = ih >= 0 && ih < H && c < nx;
     const int slot = (rb + rr) & (kRing - 1);
     r.iwl = iwl;
     r.src = xc + (int64_t)(r.ok ? ih : 0) * sH;
@@ -628,13 +633,17 @@ void launch_gmma(const Problem& pr, const Args& a) {
   TORCH_INTERNAL_ASSERT(dense(3, 1) && dense(2, pr.Q) && dense(1, pr.P * pr.Q) && go.size(1) <= pr.K &&
                             reinterpret_cast<uintptr_t>(go.data_ptr()) % 16 == 0,
                         "wgmma weight gradient: a 16-byte aligned NCHW dy of at most ", pr.K, " channels");
+  // x: kC channels, or (VEC) fewer, a last input slice in place, the
+  // kernel's rows past them read as zeros
+  TORCH_INTERNAL_ASSERT(in.size(1) == kC || (VEC && in.size(1) >= 1 && in.size(1) < kC),
+                        "wgmma weight gradient: ", kC, " input channels, or fewer by 16-byte copies");
   const SplitK sk = split_k(go, in, pr.K, GmmaGeo<T, MODE>::kQC);
   auto stream = c10::cuda::getCurrentCUDAStream();
   constexpr int smem = gsmem_bytes<T, MODE, NT8>();
   auto kern = wgrad_gmma_kernel<T, MODE, NT8, VEC>;
   allow_max_dynamic_smem(kern);
   kern<<<sk.S, kGThreads, smem, stream>>>(go.data_ptr<T>(), go.stride(0), (int)go.size(1), in.data_ptr<T>(),
-                                          in.stride(0), in.stride(1), in.stride(2), in.stride(3), (int)pr.K,
+                                          (int)in.size(1), in.stride(0), in.stride(1), in.stride(2), in.stride(3), (int)pr.K,
                                           (int)pr.H, (int)pr.W, (int)pr.P, (int)pr.Q, (int)pr.pad, sk.nQc, sk.U,
                                           sk.S, sk.partials());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
