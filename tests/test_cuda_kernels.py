@@ -439,6 +439,28 @@ def test_weight_grad_planes_channels_last_grad_output(c, k, dtype, x_channels_la
         assert "wgrad_planes" in name and name.endswith("_dynhwc") == (k % 8 == 0), name
 
 
+def off_boundary(t):
+    """A copy of t one element past a 16-byte boundary: the operator takes copies where it would read views."""
+    off = torch.empty(t.numel() + 1, device=t.device, dtype=t.dtype)[1:].view(t.shape)
+    return off.copy_(t)
+
+
+def check_views_against_copies(gy, x, wt, b, mode, inf, off_gy, off_x):
+    """The weight gradient from (gy, x), read as views, against the one from (off_gy, off_x), read as
+    zero-padded copies: the same bits, and (finite operands) float64's bound. Returns its kernel name."""
+    with precision("medium" if mode == "tf32" else "highest"), untimed():
+        got = torch.ops.alexop.conv11s4_backward_weight(gy, x, 2, True)
+        copied = torch.ops.alexop.conv11s4_backward_weight(off_gy, off_x, 2, True)
+        name = guesses(alexop.kernel_for(x, wt, 2))["weight_grad"]
+    for g, r in zip(got, copied):
+        torch.testing.assert_close(g, r, rtol=0, atol=0, equal_nan=True)
+    if not inf:
+        _, want_gw, want_gb = grads_reference(x, wt, b, gy, 2)
+        bound = {"tf32": 1e-3, "fp32": 1e-5, "bf16": 1e-2}[mode]
+        assert rel_l2(got[0], want_gw) <= bound and rel_l2(got[1], want_gb) <= bound, name
+    return name
+
+
 # The wgmma weight gradient of more than 96 filters reads grad_output's filter slices in place,
 # the kernel's rows past a slice's channels zero (128: 96 + 32 of 64 rows; 200: 96 + 96 + 8;
 # 160: 96 + 64): within float64's bound, and the same bits as from a grad_output one element off a
@@ -452,18 +474,7 @@ def test_weight_grad_filter_slices_in_place(c, k, mode, inf):
     gy = torch.randn(8, k, 55, 55, device="cuda")
     if inf:
         gy[3, k - 1, 10, 20] = float("inf")
-    off = torch.empty(gy.numel() + 1, device="cuda")[1:].view(gy.shape)
-    off.copy_(gy)
-    with precision("medium" if mode == "tf32" else "highest"), untimed():
-        got = torch.ops.alexop.conv11s4_backward_weight(gy, x, 2, True)
-        copied = torch.ops.alexop.conv11s4_backward_weight(off, x, 2, True)
-        name = guesses(alexop.kernel_for(x, wt, 2))["weight_grad"]
-    for g, r in zip(got, copied):
-        torch.testing.assert_close(g, r, rtol=0, atol=0, equal_nan=True)
-    if not inf:
-        _, want_gw, want_gb = grads_reference(x, wt, b, gy, 2)
-        bound = 1e-3 if mode == "tf32" else 1e-5
-        assert rel_l2(got[0], want_gw) <= bound and rel_l2(got[1], want_gb) <= bound, name
+    name = check_views_against_copies(gy, x, wt, b, mode, inf, off_boundary(gy), x)
     if wgmma_kernels_run():
         assert "kslice96x" in name and "wgrad_gmma" in name, name
 
@@ -484,18 +495,7 @@ def test_weight_grad_channel_slices_in_place(c, k, hw, mode, inf):
         x[2, c - 1, 40, 41] = float("inf")
     q = (hw + 4 - 11) // 4 + 1
     gy = torch.randn(8, k, q, q, device="cuda").to(dtype)
-    off = torch.empty(x.numel() + 1, device="cuda", dtype=dtype)[1:].view(x.shape)
-    off.copy_(x)
-    with precision("medium" if mode == "tf32" else "highest"), untimed():
-        got = torch.ops.alexop.conv11s4_backward_weight(gy, x, 2, True)
-        copied = torch.ops.alexop.conv11s4_backward_weight(gy, off, 2, True)
-        name = guesses(alexop.kernel_for(x, wt, 2))["weight_grad"]
-    for g, r in zip(got, copied):
-        torch.testing.assert_close(g, r, rtol=0, atol=0, equal_nan=True)
-    if not inf:
-        _, want_gw, want_gb = grads_reference(x, wt, b, gy, 2)
-        bound = {"tf32": 1e-3, "fp32": 1e-5, "bf16": 1e-2}[mode]
-        assert rel_l2(got[0], want_gw) <= bound and rel_l2(got[1], want_gb) <= bound, name
+    name = check_views_against_copies(gy, x, wt, b, mode, inf, gy, off_boundary(x))
     if wgmma_kernels_run():
         assert ("pad3+" in name or "slice3x" in name) and "wgrad_gmma" in name and name.endswith("_vec"), name
 
