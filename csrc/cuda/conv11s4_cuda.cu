@@ -150,15 +150,21 @@ at::Tensor slice3(const at::Tensor& t, int64_t g) {
   return n == cuda::kC && s.is_contiguous() ? s : cuda::zero_padded_copy(s, cuda::kC, s.size(3));
 }
 
+// Whether view, some channels of x, reaches the kernels as it is: x NCHW,
+// its image stride within the kernels' 32-bit limit, and the view as
+// aligned as a copy would be (so the selectors choose the same kernel for
+// both).
+bool slice_viewable(const at::Tensor& x, const at::Tensor& view) {
+  return x.is_contiguous() && x.stride(0) <= INT32_MAX &&
+      cuda::alignment(view.const_data_ptr()) >= kFresh.align;
+}
+
 // Slice g as the 3-channel kernels take it: 3 whole channels of an NCHW
-// input as a view where it is as aligned as a copy would be (so the
-// selectors choose the same kernel for both) and its image stride fits the
-// kernels' 32-bit limit; else a copy (slice3).
+// input as a view where slice_viewable; else a copy (slice3).
 at::Tensor input_slice(const at::Tensor& x, int64_t g) {
-  if (x.is_contiguous() && cuda::kC * (g + 1) <= x.size(1) &&
-      x.stride(0) <= INT32_MAX) {
+  if (cuda::kC * (g + 1) <= x.size(1)) {
     auto view = x.narrow(1, cuda::kC * g, cuda::kC);
-    if (cuda::alignment(view.const_data_ptr()) >= kFresh.align) return view;
+    if (slice_viewable(x, view)) return view;
   }
   return slice3(x, g);
 }
@@ -180,9 +186,7 @@ at::Tensor weight_grad_slice(const at::Tensor& x, int64_t g, bool planes, bool g
   if (widened) return widened_copy(x.narrow(1, c0, n), planes ? n : cuda::kC);
   if (!(planes || gmma) || n == cuda::kC) return input_slice(x, g);
   const auto view = x.narrow(1, c0, n);
-  const bool as_view = x.is_contiguous() && x.stride(0) <= INT32_MAX &&
-      cuda::alignment(view.const_data_ptr()) >= kFresh.align;
-  if (as_view) return view;
+  if (slice_viewable(x, view)) return view;
   return planes ? view.contiguous() : slice3(x, g);
 }
 

@@ -184,9 +184,8 @@ __device__ __forceinline__ void gflush(float (&acc)[2][NT8 * 4], float* wsl, int
 template <typename T, int MODE, int NT8, bool VEC>
 __global__ void __launch_bounds__(kGThreads, 1)
     wgrad_gmma_kernel(const T* __restrict__ dy, int64_t sdyN, int kdy, const T* __restrict__ x, int kx, int64_t sN,
-                      int64_t sC, int64_t sH,
-                      int64_t sW, int K, int H, int W, int P, int Q, int pad, int nQc, int64_t U, int S,
-                      float* __restrict__ ws) {
+                      int64_t sC, int64_t sH, int64_t sW, int K, int H, int W, int P, int Q, int pad, int nQc,
+                      int64_t U, int S, float* __restrict__ ws) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using G = GmmaGeo<T, MODE>;
   using E = typename G::S;
@@ -643,9 +642,9 @@ void launch_gmma(const Problem& pr, const Args& a) {
   auto kern = wgrad_gmma_kernel<T, MODE, NT8, VEC>;
   allow_max_dynamic_smem(kern);
   kern<<<sk.S, kGThreads, smem, stream>>>(go.data_ptr<T>(), go.stride(0), (int)go.size(1), in.data_ptr<T>(),
-                                          (int)in.size(1), in.stride(0), in.stride(1), in.stride(2), in.stride(3), (int)pr.K,
-                                          (int)pr.H, (int)pr.W, (int)pr.P, (int)pr.Q, (int)pr.pad, sk.nQc, sk.U,
-                                          sk.S, sk.partials());
+                                          (int)in.size(1), in.stride(0), in.stride(1), in.stride(2), in.stride(3),
+                                          (int)pr.K, (int)pr.H, (int)pr.W, (int)pr.P, (int)pr.Q, (int)pr.pad, sk.nQc,
+                                          sk.U, sk.S, sk.partials());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   reduce_partials<T>(sk, pr, a, stream);
 }
