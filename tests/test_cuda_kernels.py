@@ -500,6 +500,36 @@ def test_weight_grad_channel_slices_in_place(c, k, hw, mode, inf):
         assert ("pad3+" in name or "slice3x" in name) and "wgrad_gmma" in name and name.endswith("_vec"), name
 
 
+# The wgmma weight gradient reads a channels_last grad_output in place where its pixels' channels are
+# 16-byte rows ("_dynhwc"), views of its filter slices too (160 = 96 + 64; 200 = 96 + 96 + 8): the
+# same bits as from an NCHW grad_output, from an NCHW or channels_last input (strided rows; a last
+# slice of 1 channel; slices of 4 channels), an Inf in it too (the reductions recompute NaN sums at
+# dy's strides; untimed). kernel_for takes grad_output in the output's layout: from a channels_last
+# input of more than one channel, channels_last.
+@pytest.mark.parametrize("c,k,hw,mode", [(3, 96, 224, "fp32"), (3, 64, 224, "tf32"), (1, 160, 224, "tf32"),
+                                         (4, 200, 224, "fp32"), (3, 96, 128, "bf16"), (2, 64, 128, "bf16")],
+                         ids=str)
+@pytest.mark.parametrize("x_channels_last", [False, True], ids=["x_nchw", "x_nhwc"])
+@pytest.mark.parametrize("inf", [False, True], ids=["finite", "inf"])
+def test_weight_grad_gmma_channels_last_grad_output(c, k, hw, mode, x_channels_last, inf):
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    x, wt, _ = make_inputs(8, c, k, hw, hw, dtype=dtype, device="cuda")
+    if x_channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    q = (hw + 4 - 11) // 4 + 1
+    gy = torch.randn(8, k, q, q, device="cuda").to(dtype)
+    if inf:
+        gy[3, k - 1, 10, 20] = float("inf")
+    with precision("medium" if mode == "tf32" else "highest"), untimed():
+        want = torch.ops.alexop.conv11s4_backward_weight(gy, x, 2, True)
+        got = torch.ops.alexop.conv11s4_backward_weight(gy.to(memory_format=torch.channels_last), x, 2, True)
+        name = guesses(alexop.kernel_for(x, wt, 2))["weight_grad"]
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=0, atol=0, equal_nan=True)
+    if wgmma_kernels_run() and x_channels_last and c > 1:
+        assert "wgrad_gmma" in name and "_dynhwc" in name, name
+
+
 # 16-bit channels_last inputs are transposed to NCHW for the weight gradient
 # (3 channels, H x W a multiple of 8: the operator's own 16-byte transpose;
 # otherwise contiguous(); an odd width, a copy one column wider): the gradients

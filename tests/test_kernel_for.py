@@ -425,9 +425,9 @@ def test_hopper_channels_last_and_small_batch(gpu):
         "weight_grad": "nhwc3_to_nchw+wgrad_planes_bf16_c96_dynhwc",
         "input_grad": "dgrad_gmma_bf16",
     }
-    # fp32 channels_last rows are not 16-byte copies
+    # fp32 channels_last rows are not 16-byte copies; grad_output is read channels_last
     names = guesses(_names(*ALEXNET, torch.float32, "highest", channels_last=True))
-    assert names["weight_grad"] == "wgrad_gmma_3xfp16_c96"
+    assert names["weight_grad"] == "wgrad_gmma_3xfp16_c96_dynhwc"
     # one image: too few tiles for 3xFP16; 3xTF32 in channel groups of 16
     assert guesses(_names(1, 3, 96, 224, 224, 2, torch.float32, "highest"))["forward"] == "fwd_mma_3xtf32_split_g16"
 
@@ -588,7 +588,7 @@ def test_named_gpu_agrees_with_this_gpu(gpu, shape, dtype, mode, channels_last):
 # where alexop has no kernel for the problem (one small image of 16 filters).
 # (gpu, N, C_in, C_out, side, dtype, precision, channels_last) -> name.
 TIMED_WEIGHT_GRAD_NAMES = [
-    (("h100", 16, 8, 64, 126, torch.bfloat16, "highest", True), "slice3x3+wgrad_gmma_bf16_c64|wgrad_cudnn"),
+    (("h100", 16, 8, 64, 126, torch.bfloat16, "highest", True), "slice3x3+wgrad_gmma_bf16_c64_dynhwc|wgrad_cudnn"),
     (("h100", 8, 12, 96, 224, torch.bfloat16, "highest", False), "wgrad_cudnn|slice3x4+wgrad_gmma_bf16_c96_vec"),
     (("a100", 8, 12, 96, 224, torch.bfloat16, "highest", False), "wgrad_cudnn|slice3x4+wgrad_mma_bf16_pairs_c96"),
     (("h100", 8, 5, 96, 100, torch.float32, "medium", False), "slice3x2+wgrad_gmma_tf32_c96_vec|wgrad_cudnn"),

@@ -414,13 +414,15 @@ at::Tensor conv11s4_backward_input_cuda(
 // Whether the weight gradient of choice reads grad_output's filter slices
 // in place: the phase-plane kernel (it takes dy's image stride and any
 // count up to its width), and the wgmma kernel (it takes the image stride
-// and zero-fills its rows past the slice) from an NCHW gy on a 16-byte
-// boundary, where every slice starts on one (96 channel planes of 2- or
-// 4-byte values are a multiple of 16 bytes).
+// and zero-fills its rows past the slice) from a gy on a 16-byte boundary,
+// NCHW or read channels_last, where every slice starts on one (96 channel
+// planes, or 96 of a pixel's channels, of 2- or 4-byte values are a
+// multiple of 16 bytes).
 bool reads_dy_slices(const cuda::weight_grad::Choice& choice, const at::Tensor& gy) {
   namespace wg = cuda::weight_grad;
   return choice.kernel == wg::Kernel::kPlanes ||
-         (choice.kernel == wg::Kernel::kGmma && gy.is_contiguous() && cuda::alignment(gy.const_data_ptr()) >= 16);
+         (choice.kernel == wg::Kernel::kGmma && (choice.dy_nhwc || gy.is_contiguous()) &&
+          cuda::alignment(gy.const_data_ptr()) >= 16);
 }
 
 // grad_output's channels as the kernels take them: all K, or (where the

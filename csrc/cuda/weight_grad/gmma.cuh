@@ -20,7 +20,9 @@
 //    core matrices (LBO 128 B, SBO 256 B). dy rows arrive by 16-byte copies
 //    from the 16-byte boundary at or before their start (DyRow) and one pass
 //    per warp shifts them into the core matrices, since the tensor cores
-//    cannot shift.
+//    cannot shift. A channels_last dy (DYL) arrives as whole pixels, 16-byte
+//    pieces of their channels staged pixel-major, and that pass reads them
+//    transposed (TF32 has no MN-major B; one pass serves every mode).
 //  - TF32: A rounded in registers, B rounded by that pass.
 //  - 3xFP16 (the fp32-accurate mode; faster than 3xTF32 here, with half the
 //    error): as in the forward, both operands are scaled by powers of two
@@ -181,11 +183,13 @@ __device__ __forceinline__ void gflush(float (&acc)[2][NT8 * 4], float* wsl, int
 // rows by 16-byte copies (column j of a stage at j + sh, sh = -pad mod the
 // elements per copy); else by 4-byte copies (fp32: one element, any strides;
 // 16-bit: a pair, sh = pad & 1).
-template <typename T, int MODE, int NT8, bool VEC>
+// DYL: dy channels_last, its pixels sdyP elements apart (a pixel's kdy
+// channels 16-byte aligned).
+template <typename T, int MODE, int NT8, bool VEC, bool DYL>
 __global__ void __launch_bounds__(kGThreads, 1)
     wgrad_gmma_kernel(const T* __restrict__ dy, int64_t sdyN, int kdy, const T* __restrict__ x, int kx, int64_t sN,
                       int64_t sC, int64_t sH, int64_t sW, int K, int H, int W, int P, int Q, int pad, int nQc,
-                      int64_t U, int S, float* __restrict__ ws) {
+                      int64_t U, int S, float* __restrict__ ws, int sdyP) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using G = GmmaGeo<T, MODE>;
   using E = typename G::S;
@@ -207,6 +211,11 @@ __global__ void __launch_bounds__(kGThreads, 1)
   constexpr int NCH = NCHK + 1;                   // staged per dy row (it may start mid-chunk)
   constexpr int NPC = (G::kJW + 2 * (EPU - 1)) / EPU;  // copies per input row
   constexpr int NI = (NPC + 31) / 32;
+  constexpr int NW = kGThreads / 32;
+  // DYL: a unit's dy staged pixel-major, a pixel's MH channels a row (16
+  // bytes to spare), in the space of the channel rows it replaces
+  constexpr int LDS = MH + EPC;
+  static_assert(QC * LDS <= MH * G::kLD && LDS * EB % 16 == 0, "channels_last dy staging");
   extern __shared__ __align__(128) uint32_t smgw[];
   const uint32_t sbase = smem_u32(smgw);
   const uint32_t* smw = smgw;
@@ -252,19 +261,41 @@ __global__ void __launch_bounds__(kGThreads, 1)
   constexpr bool kCarry = !H3;
   // dy: warp w < NT8 stages rows n = 8w + r7 (see DyRow); images sdyN
   // apart, kdy channels (rows past them staged as zeros, their start that
-  // of the last channel's row, which the copies do not read)
-  const bool dyw = warp < NT8;
+  // of the last channel's row, which the copies do not read). DYL: every
+  // thread copies 16-byte pieces of the unit's pixels (channels past kdy and
+  // pixels past qvalid zero-filled), and the re-layout reads other warps'
+  // copies: a barrier between (the NCHW rows are each one warp's).
+  const bool dyw = DYL || warp < NT8;
   const int r7 = lane & 7, kq = lane >> 3;
   const int ndy = warp * 8 + r7;
   const bool dy_live = ndy < kdy;
   using Dy = DyRow<T, NCH>;
+  // the next output row's dy from a unit's
+  const int64_t dq = DYL ? (int64_t)Q * sdyP : Q;
   auto dy_start = [&](int64_t img, int qc, int p) {
-    return img * sdyN + ((int64_t)min(ndy, kdy - 1) * P + p) * Q + (int64_t)qc * QC;
+    if constexpr (DYL) return img * sdyN + ((int64_t)p * Q + qc * QC) * sdyP;
+    else return img * sdyN + ((int64_t)min(ndy, kdy - 1) * P + p) * Q + (int64_t)qc * QC;
   };
   auto copy_dy = [&](int64_t start, int buf, int qvalid) {
-    const Dy d(dy, stg0 + (uint32_t)(EB * (buf * MH + ndy) * G::kLD), start, kq, dy_live ? qvalid : -QC - 16);
+    if constexpr (DYL) {
+      // piece ch of pixels j0 + JS i: ch the same for every i
+      constexpr int CPP = MH / EPC, JS = kGThreads / CPP;
+      static_assert(kGThreads % CPP == 0, "a thread's pieces of one channel range");
+      const int j0 = tid / CPP, ch = tid - j0 * CPP;
+      const int nc = min(max(kdy - EPC * ch, 0), EPC);
 #pragma unroll
-    for (int i = 0; i < (NCH + 3) / 4; ++i) d.copy(kq, i);
+      for (int i = 0; i < (QC + JS - 1) / JS; ++i) {
+        const int j = j0 + JS * i;
+        const int nv = j < qvalid ? nc : 0;
+        // nothing read when nv == 0: point at dy's (valid) start
+        cp_async16n_if(stg0 + (uint32_t)(EB * ((buf * QC + j) * LDS + EPC * ch)),
+                       dy + (nv ? start + (j * sdyP + EPC * ch) : 0), EB * nv, QC % JS == 0 || j < QC);
+      }
+    } else {
+      const Dy d(dy, stg0 + (uint32_t)(EB * (buf * MH + ndy) * G::kLD), start, kq, dy_live ? qvalid : -QC - 16);
+#pragma unroll
+      for (int i = 0; i < (NCH + 3) / 4; ++i) d.copy(kq, i);
+    }
   };
   // Input rows: one warp per row. x has nx channels (1 to 3; VEC only, where
   // the registers allow, else 3): the rows of those past them are staged as
@@ -374,11 +405,49 @@ __global__ void __launch_bounds__(kGThreads, 1)
       rrow[b][h] = w.r;
     }
 
+  // DYL re-layout: (channel group of 32, chunk c of EPC pixels) a warp's
+  // task, lane l channel 32 g + l: 32 lanes read 32 adjacent channels of a
+  // staged pixel (no bank conflicts) and write 4 core-matrix rows of 16
+  // bytes. dyl_tasks calls f(n, c, chunk) for this lane's.
+  // A warp's channel group is the same for all its tasks: chunks c0 + CST i.
+  constexpr int NG = MH / 32, CST = NW / NG;
+  static_assert(NW % NG == 0, "a warp's tasks of one channel group");
+  auto dyl_tasks = [&](int buf, auto&& f) {
+    // tid laundered, so that these values are formed here, not hoisted out
+    // of the unit loop to be held (spilled) beside the accumulators
+    int lt = tid;
+    asm volatile("" : "+r"(lt));
+    const int g = (lt >> 5) % NG, c0 = (lt >> 5) / NG, ln = lt & 31;
+    const E* stg = reinterpret_cast<const E*>(smb + PB) + (buf * QC + EPC * c0) * LDS + 32 * g + ln;
+#pragma unroll
+    for (int i = 0; i < (NCHK + CST - 1) / CST; ++i) {
+      const int c = c0 + CST * i;
+      if (NCHK % CST == 0 || c < NCHK) {
+        const E* e = stg + EPC * CST * i * LDS;
+        uint4 v;
+        if constexpr (F32) {
+          v = make_uint4(__float_as_uint(e[0]), __float_as_uint(e[LDS]), __float_as_uint(e[2 * LDS]),
+                         __float_as_uint(e[3 * LDS]));
+        } else {
+          uint32_t w[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) w[k] = (uint32_t)e[2 * k * LDS] | ((uint32_t)e[(2 * k + 1) * LDS] << 16);
+          v = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+        f(32 * g + ln, c, v);
+      }
+    }
+  };
   // 3xFP16's run start: the largest finite |dy| of this lane's staged chunks
   // (as relayout reads them)
   auto dy_max = [&](int64_t start, int buf) {
     float m = 0.f;
-    if (dyw) {
+    if constexpr (DYL) {
+      dyl_tasks(buf, [&](int, int, uint4 v) {
+        m = max_finite_abs4(m, make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z),
+                                           __uint_as_float(v.w)));
+      });
+    } else if (dyw) {
       const float* roww = reinterpret_cast<const float*>(smb + PB + EB * (buf * MH + ndy) * G::kLD) +
                           (int)(start & (EPC - 1));
 #pragma unroll
@@ -389,14 +458,40 @@ __global__ void __launch_bounds__(kGThreads, 1)
     }
     return m;
   };
-  // Returns the largest |dy| it split (3xFP16; else 0).
+  // Chunk c (EPC pixels) of channel n, v, into its core-matrix row (n's
+  // group's core matrices at ngo, its row at nro within them), with the TF32
+  // rounding (TF32) or scaled and split into fp16 hi and lo parts (3xFP16: a
+  // chunk of 4 is half a core-matrix row). Returns m grown by the largest
+  // |dy| it split (3xFP16).
+  auto emit = [&](uint4 v, int c, int ngo, int nro, int buf, float m) {
+    if constexpr (H3) {
+      const int o = PB + STG + buf * DYB + (c >> 2) * STEPB + ngo + ((c >> 1) & 1) * 128 + nro + (c & 1) * 8;
+      uint32_t h0, l0, h1, l1;
+      const float sdy = scl[1];
+      m = max_abs4(m, make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z),
+                                  __uint_as_float(v.w)));
+      split_fp16x2(sdy * __uint_as_float(v.x), sdy * __uint_as_float(v.y), h0, l0);
+      split_fp16x2(sdy * __uint_as_float(v.z), sdy * __uint_as_float(v.w), h1, l1);
+      *reinterpret_cast<uint2*>(smb + o) = make_uint2(h0, h1);
+      *reinterpret_cast<uint2*>(smb + o + 2 * DYB) = make_uint2(l0, l1);
+    } else {
+      const int o = PB + STG + buf * DYB + (c >> 1) * STEPB + ngo + (c & 1) * 128 + nro;
+      if constexpr (MODE == kTf32) {
+        v = make_uint4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
+      }
+      *reinterpret_cast<uint4*>(smb + o) = v;
+    }
+    return m;
+  };
+  // The staged dy of a unit -> canonical buffer buf. Returns the largest |dy|
+  // it split (3xFP16; else 0).
   auto relayout = [&](int64_t start, int buf) {
     float m = 0.f;
-    if (dyw) {
-      // This warp's staged rows -> its channel group's core matrices, with the
-      // TF32 rounding (TF32) or scaled and split into fp16 hi and lo parts
-      // (3xFP16: a chunk of 4 is half a core-matrix row). Lane (r7, kq):
-      // chunks kq + 4 i.
+    if constexpr (DYL) {
+      dyl_tasks(buf, [&](int n, int c, uint4 v) { m = emit(v, c, (n >> 3) * 256, (n & 7) * 16, buf, m); });
+    } else if (dyw) {
+      // This warp's staged rows -> its channel group's core matrices. Lane
+      // (r7, kq): chunks kq + 4 i.
       __syncwarp();
       // Chunk c is staged elements [EPC c + shd, + EPC): read as words from
       // word (EPC c + shd) * EB / 4 on (16-bit: one more, and a funnel shift
@@ -418,24 +513,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
             v = make_uint4(__funnelshift_r(w[0], w[1], f), __funnelshift_r(w[1], w[2], f),
                            __funnelshift_r(w[2], w[3], f), __funnelshift_r(w[3], w4, f));
           }
-          if constexpr (H3) {
-            const int o = PB + STG + buf * DYB + (c >> 2) * STEPB + warp * 256 + ((c >> 1) & 1) * 128 + r7 * 16 +
-                          (c & 1) * 8;
-            uint32_t h0, l0, h1, l1;
-            const float sdy = scl[1];
-            m = max_abs4(m, make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z),
-                                        __uint_as_float(v.w)));
-            split_fp16x2(sdy * __uint_as_float(v.x), sdy * __uint_as_float(v.y), h0, l0);
-            split_fp16x2(sdy * __uint_as_float(v.z), sdy * __uint_as_float(v.w), h1, l1);
-            *reinterpret_cast<uint2*>(smb + o) = make_uint2(h0, h1);
-            *reinterpret_cast<uint2*>(smb + o + 2 * DYB) = make_uint2(l0, l1);
-          } else {
-            const int o = PB + STG + buf * DYB + (c >> 1) * STEPB + warp * 256 + (c & 1) * 128 + r7 * 16;
-            if constexpr (MODE == kTf32) {
-              v = make_uint4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
-            }
-            *reinterpret_cast<uint4*>(smb + o) = v;
-          }
+          m = emit(v, c, warp * 256, r7 * 16, buf, m);
         }
       }
     }
@@ -481,6 +559,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
       stage_rows(img, qc, p, rb);
       cp_async_commit();
       cp_async_wait_group<0>();
+      if constexpr (DYL && !H3) __syncthreads();  // (3xFP16: block_max's barriers)
       if constexpr (H3) {  // the run's scales
         float mx = 0.f;
         for (int row = warp; row < kC * kR; row += kGThreads / 32)
@@ -572,7 +651,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
           // prefetch the steady successor (next row: its dy rows, 4 new input
           // rows) while the tensor cores work
           if constexpr (!kCarry) dstart = dy_start(img, qc, p);
-          if (dyw) copy_dy(dstart + Q, buf ^ 1, qvalid);
+          if (dyw) copy_dy(dstart + dq, buf ^ 1, qvalid);
           stage_next_row(img, qc, p + 1, rb + 4);
           cp_async_commit();
         }
@@ -587,13 +666,14 @@ __global__ void __launch_bounds__(kGThreads, 1)
       // retired by every warpgroup before this unit's barrier) while this
       // unit's last wgmmas run
       cp_async_wait_group<0>();
+      if constexpr (DYL) __syncthreads();
       if constexpr (!kCarry) dstart = dy_start(img, qc, p);
       if constexpr (H3) {
         const float mx = split_row(0.f, sc, (rb + 4 + srr) & (kRing - 1));
-        const float md = relayout(dstart + Q, buf ^ 1);  // every lane: it syncs the warp
+        const float md = relayout(dstart + dq, buf ^ 1);  // every lane: it syncs the warp
         ovf = out_of_range(mx, scl[0]) || out_of_range(md, scl[1]);
       } else {
-        relayout(dstart + Q, buf ^ 1);
+        relayout(dstart + dq, buf ^ 1);
       }
     }
     gmma_wait<0>();
@@ -607,7 +687,7 @@ __global__ void __launch_bounds__(kGThreads, 1)
     if constexpr (H3) redo = next && __syncthreads_or(ovf);
     loaded = next && !redo;
     rb = next ? ((rb + 4) & (kRing - 1)) : 0;
-    dstart += Q;
+    dstart += dq;
     // The flush: every FLUSH units, and before a 3xFP16 run sets its scales.
     // (Here, after the wgmmas' last wait: placed before the next unit's, the
     // accumulator writes serialize the wgmmas.)
@@ -622,16 +702,19 @@ __global__ void __launch_bounds__(kGThreads, 1)
 #endif
 }
 
-template <typename T, int MODE, int NT8, bool VEC>
+template <typename T, int MODE, int NT8, bool VEC, bool DYL>
 void launch_gmma(const Problem& pr, const Args& a) {
   const at::Tensor &go = a.grad_output, &in = a.input;
-  // dy: NCHW channel planes (strides of dimensions of one element aside),
+  // dy: NCHW channel planes, or (DYL) channels_last pixels of 16-byte
+  // aligned channels (strides of dimensions of one element aside),
   // grad_output or a view of its channels (one filter slice, in place), the
   // kernel's rows past them read as zeros
   const auto dense = [&](int d, int64_t stride) { return go.size(d) == 1 || go.stride(d) == stride; };
-  TORCH_INTERNAL_ASSERT(dense(3, 1) && dense(2, pr.Q) && dense(1, pr.P * pr.Q) && go.size(1) <= pr.K &&
-                            reinterpret_cast<uintptr_t>(go.data_ptr()) % 16 == 0,
-                        "wgmma weight gradient: a 16-byte aligned NCHW dy of at most ", pr.K, " channels");
+  const bool layout_ok = DYL ? go.stride(1) == 1 && go.stride(3) * sizeof(T) % 16 == 0 && dense(2, pr.Q * go.stride(3))
+                          : dense(3, 1) && dense(2, pr.Q) && dense(1, pr.P * pr.Q);
+  TORCH_INTERNAL_ASSERT(layout_ok && go.size(1) <= pr.K && reinterpret_cast<uintptr_t>(go.data_ptr()) % 16 == 0,
+                        "wgmma weight gradient: a 16-byte aligned ", DYL ? "channels_last" : "NCHW",
+                        " dy of at most ", pr.K, " channels");
   // x: kC channels, or (VEC) fewer, a last input slice in place, the
   // kernel's rows past them read as zeros
   TORCH_INTERNAL_ASSERT(in.size(1) == kC || (VEC && in.size(1) >= 1 && in.size(1) < kC),
@@ -639,12 +722,12 @@ void launch_gmma(const Problem& pr, const Args& a) {
   const SplitK sk = split_k(go, in, pr.K, GmmaGeo<T, MODE>::kQC);
   auto stream = c10::cuda::getCurrentCUDAStream();
   constexpr int smem = gsmem_bytes<T, MODE, NT8>();
-  auto kern = wgrad_gmma_kernel<T, MODE, NT8, VEC>;
+  auto kern = wgrad_gmma_kernel<T, MODE, NT8, VEC, DYL>;
   allow_max_dynamic_smem(kern);
   kern<<<sk.S, kGThreads, smem, stream>>>(go.data_ptr<T>(), go.stride(0), (int)go.size(1), in.data_ptr<T>(),
                                           (int)in.size(1), in.stride(0), in.stride(1), in.stride(2), in.stride(3),
                                           (int)pr.K, (int)pr.H, (int)pr.W, (int)pr.P, (int)pr.Q, (int)pr.pad, sk.nQc,
-                                          sk.U, sk.S, sk.partials());
+                                          sk.U, sk.S, sk.partials(), DYL ? (int)go.stride(3) : 1);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   reduce_partials<T>(sk, pr, a, stream);
 }

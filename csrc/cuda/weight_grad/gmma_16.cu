@@ -1,9 +1,9 @@
-// The wgmma weight gradient, bf16 and fp16.
+// The wgmma weight gradient, bf16 and fp16, of an NCHW dy.
 #include "gmma.cuh"
 #include "instances.h"
 
 namespace alexop::cuda::weight_grad::ring {
-#define ALEXOP_INST(T, M, N8, V) template void launch_gmma<T, M, N8, V>(const Problem&, const Args&);
-ALEXOP_WGRAD_GMMA_16(ALEXOP_INST, at::BFloat16)
-ALEXOP_WGRAD_GMMA_16(ALEXOP_INST, at::Half)
+#define ALEXOP_INST(T, M, N8, V, DYL) template void launch_gmma<T, M, N8, V, DYL>(const Problem&, const Args&);
+ALEXOP_WGRAD_GMMA_16(ALEXOP_INST, at::BFloat16, false)
+ALEXOP_WGRAD_GMMA_16(ALEXOP_INST, at::Half, false)
 }  // namespace alexop::cuda::weight_grad::ring

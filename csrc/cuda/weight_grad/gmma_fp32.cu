@@ -1,8 +1,8 @@
-// The wgmma weight gradient, float32 (3xFP16, TF32).
+// The wgmma weight gradient, float32 (3xFP16, TF32), of an NCHW dy.
 #include "gmma.cuh"
 #include "instances.h"
 
 namespace alexop::cuda::weight_grad::ring {
-#define ALEXOP_INST(T, M, N8, V) template void launch_gmma<T, M, N8, V>(const Problem&, const Args&);
-ALEXOP_WGRAD_GMMA_FP32(ALEXOP_INST)
+#define ALEXOP_INST(T, M, N8, V, DYL) template void launch_gmma<T, M, N8, V, DYL>(const Problem&, const Args&);
+ALEXOP_WGRAD_GMMA_FP32(ALEXOP_INST, false)
 }  // namespace alexop::cuda::weight_grad::ring

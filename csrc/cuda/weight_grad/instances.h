@@ -8,12 +8,13 @@
 #define ALEXOP_WGRAD_MMA_FP32(X) X(k3xTf32, 2) X(k3xTf32, 3) X(kTf32, 2) X(kTf32, 3)
 // mma.sync, 16-bit (pairs and strided): (T, MT), T = at::BFloat16 or at::Half
 #define ALEXOP_WGRAD_MMA_16(X, T) X(T, 2) X(T, 3)
-// wgmma: (T, MODE, NT8, VEC)
-#define ALEXOP_WGRAD_GMMA_FP32(X)                                                              \
-  X(float, k3xFp16, 8, false) X(float, k3xFp16, 8, true) X(float, k3xFp16, 12, false)          \
-  X(float, k3xFp16, 12, true) X(float, kTf32, 8, false) X(float, kTf32, 8, true)               \
-  X(float, kTf32, 12, false) X(float, kTf32, 12, true)
-#define ALEXOP_WGRAD_GMMA_16(X, T) X(T, k16, 8, false) X(T, k16, 8, true) X(T, k16, 12, false) X(T, k16, 12, true)
+// wgmma: (T, MODE, NT8, VEC, DYL), DYL a channels_last dy
+#define ALEXOP_WGRAD_GMMA_FP32(X, DYL)                                                                      \
+  X(float, k3xFp16, 8, false, DYL) X(float, k3xFp16, 8, true, DYL) X(float, k3xFp16, 12, false, DYL)        \
+  X(float, k3xFp16, 12, true, DYL) X(float, kTf32, 8, false, DYL) X(float, kTf32, 8, true, DYL)             \
+  X(float, kTf32, 12, false, DYL) X(float, kTf32, 12, true, DYL)
+#define ALEXOP_WGRAD_GMMA_16(X, T, DYL) \
+  X(T, k16, 8, false, DYL) X(T, k16, 8, true, DYL) X(T, k16, 12, false, DYL) X(T, k16, 12, true, DYL)
 // phase planes: (T, NT8, CH, DYL), T = __nv_bfloat16 or __half, CH input
 // channels, DYL a channels_last dy
 #define ALEXOP_WGRAD_PLANES_DY(X, T, DYL) \

@@ -21,9 +21,9 @@ void launch(const Choice& c, const Problem& p, const Args& a) {
 #define ALEXOP_PLANES(T, N8, CH, DYL)                                                                       \
   if (k == Kernel::kPlanes && is_dtype<T>(t) && nt8 == N8 && c.input_channels == CH && c.dy_nhwc == DYL) \
     return planes::launch<T, N8, CH, DYL>(p, a);
-#define ALEXOP_GMMA(T, M, N8, V)                                                    \
-  if (k == Kernel::kGmma && is_dtype<T>(t) && c.mode == M && nt8 == N8 && c.vec == V) \
-    return ring::launch_gmma<T, M, N8, V>(p, a);
+#define ALEXOP_GMMA(T, M, N8, V, DYL)                                                                      \
+  if (k == Kernel::kGmma && is_dtype<T>(t) && c.mode == M && nt8 == N8 && c.vec == V && c.dy_nhwc == DYL) \
+    return ring::launch_gmma<T, M, N8, V, DYL>(p, a);
 #define ALEXOP_MMA_FP32(M, MT) \
   if (k == Kernel::kMmaSync && c.mode == M && mt == MT) return ring::launch_f32<M, MT>(p, a);
 #define ALEXOP_MMA_16(T, MT)                                                                       \
@@ -31,9 +31,12 @@ void launch(const Choice& c, const Problem& p, const Args& a) {
   if (k == Kernel::kMmaSyncStrided && is_dtype<T>(t) && mt == MT) return ring::launch_strided<T, MT>(p, a);
   ALEXOP_WGRAD_PLANES(ALEXOP_PLANES, __nv_bfloat16)
   ALEXOP_WGRAD_PLANES(ALEXOP_PLANES, __half)
-  ALEXOP_WGRAD_GMMA_FP32(ALEXOP_GMMA)
-  ALEXOP_WGRAD_GMMA_16(ALEXOP_GMMA, at::BFloat16)
-  ALEXOP_WGRAD_GMMA_16(ALEXOP_GMMA, at::Half)
+  ALEXOP_WGRAD_GMMA_FP32(ALEXOP_GMMA, false)
+  ALEXOP_WGRAD_GMMA_FP32(ALEXOP_GMMA, true)
+  ALEXOP_WGRAD_GMMA_16(ALEXOP_GMMA, at::BFloat16, false)
+  ALEXOP_WGRAD_GMMA_16(ALEXOP_GMMA, at::BFloat16, true)
+  ALEXOP_WGRAD_GMMA_16(ALEXOP_GMMA, at::Half, false)
+  ALEXOP_WGRAD_GMMA_16(ALEXOP_GMMA, at::Half, true)
   ALEXOP_WGRAD_MMA_FP32(ALEXOP_MMA_FP32)
   ALEXOP_WGRAD_MMA_16(ALEXOP_MMA_16, at::BFloat16)
   ALEXOP_WGRAD_MMA_16(ALEXOP_MMA_16, at::Half)

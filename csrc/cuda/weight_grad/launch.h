@@ -23,7 +23,7 @@ namespace ring {
 template <int MODE, int MT> void launch_f32(const Problem& p, const Args& a);
 template <typename T, int MT> void launch_pairs(const Problem& p, const Args& a);
 template <typename T, int MT> void launch_strided(const Problem& p, const Args& a);
-template <typename T, int MODE, int NT8, bool VEC> void launch_gmma(const Problem& p, const Args& a);
+template <typename T, int MODE, int NT8, bool VEC, bool DYL> void launch_gmma(const Problem& p, const Args& a);
 }  // namespace ring
 namespace planes {
 template <typename T, int NT8, int CH, bool DYL> void launch(const Problem& p, const Args& a);

@@ -11,12 +11,13 @@
 //  6. small_images                          -> cudnn    [too few output pixels to fill the split-K slices]
 //  7. 16-bit input still channels_last      -> cudnn    [no 16-bit kernel reads channels_last rows well]
 // float32 (3xFP16 / 3xTF32 for "highest"; "high" and "medium" take TF32):
-//  8. wgmma, grad_output 16-byte aligned    -> gmma 3xFP16 | TF32  [dy staged by 16-byte copies]
+//  8. wgmma, grad_output 16-byte aligned    -> gmma 3xFP16 | TF32  [dy staged by 16-byte copies; a channels_last
+//                                                                   grad_output of 16-byte pixels read in place]
 //  9.                                       -> mma.sync 3xTF32 | TF32
 // bf16 / fp16:
 // 10. planes_take                           -> planes  [A and B by descriptor, no gather; a channels_last grad_output
 //                                                      of 16-byte pixels read in place]
-// 11. wgmma, grad_output 16-byte aligned, pairs_ok    -> gmma 16-bit
+// 11. wgmma, grad_output 16-byte aligned, pairs_ok    -> gmma 16-bit  [channels_last grad_output as in 8]
 // 12. pairs_ok, grad_output 4-byte aligned  -> mma.sync, 4-byte pair copies
 // 13.                                       -> mma.sync, register-staged, any strides
 // The wgmma kernel copies input rows by 16 bytes (vec) where vec_ok, else by
@@ -145,7 +146,7 @@ Choice make(Kernel k, const Problem& p, MathMode mode) {
   c.input_channels = (int)p.C;
   c.vec = k == Kernel::kGmma && vec_ok(p);
   c.transposed = p.transposed;
-  c.dy_nhwc = k == Kernel::kPlanes && p.grad_output_nhwc;
+  c.dy_nhwc = (k == Kernel::kPlanes || k == Kernel::kGmma) && p.grad_output_nhwc;
   return c;
 }
 

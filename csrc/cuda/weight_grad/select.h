@@ -11,7 +11,7 @@ namespace alexop::cuda::weight_grad {
 
 // A weight-gradient problem as the kernels see it: grad_output (N, K, P, Q)
 // NCHW contiguous (a copy of any other), or channels_last where the
-// phase-plane kernel reads it in place; the input (N, C, H, W) dense in NCHW
+// phase-plane and wgmma kernels read it in place; the input (N, C, H, W) dense in NCHW
 // or channels_last (16-bit inputs reach it as NCHW, see nchw_input.h).
 struct Problem : ProblemBase {
   bool nhwc = false;          // channels_last input
@@ -45,7 +45,7 @@ struct Choice {
   bool widened = false;
   bool vec = false;         // kGmma: input rows by 16-byte copies
   bool transposed = false;  // the input was transposed first (a kernel of its own)
-  bool dy_nhwc = false;     // kPlanes: grad_output read channels_last in place ("_dynhwc")
+  bool dy_nhwc = false;     // kPlanes, kGmma: grad_output read channels_last in place ("_dynhwc")
   int slices = 0;           // the input cut into slices of 3 channels first (forward/select.h)
   // 0: grad_output as it is; n: its channels in n slices of up to
   // kFilterSlice (the last zero-padded to 64 or 96), a fresh copy each
@@ -68,6 +68,7 @@ bool timed(const Problem& p);
 Choice own(const Problem& p);
 
 // e.g. "wgrad_planes_bf16_c96", "wgrad_planes_bf16_1ch_c64", "wgrad_planes_bf16_c96_dynhwc", "wgrad_gmma_3xfp16_c96_vec",
+// "wgrad_gmma_tf32_c96_dynhwc",
 // "nhwc3_to_nchw+wgrad_planes_bf16_c96", "pad3+wgrad_mma_3xtf32_c64",
 // "slice3x2+wgrad_planes_bf16_c96", "kslice96x2+wgrad_gmma_tf32_c96_vec", "widen+wgrad_gmma_bf16_c96_vec",
 // "wgrad_cudnn",
