@@ -710,8 +710,9 @@ void launch_gmma(const Problem& pr, const Args& a) {
   // grad_output or a view of its channels (one filter slice, in place), the
   // kernel's rows past them read as zeros
   const auto dense = [&](int d, int64_t stride) { return go.size(d) == 1 || go.stride(d) == stride; };
-  const bool layout_ok = DYL ? go.stride(1) == 1 && go.stride(3) * sizeof(T) % 16 == 0 && dense(2, pr.Q * go.stride(3))
-                          : dense(3, 1) && dense(2, pr.Q) && dense(1, pr.P * pr.Q);
+  const bool layout_ok =
+      DYL ? go.stride(1) == 1 && go.stride(3) * sizeof(T) % 16 == 0 && dense(2, pr.Q * go.stride(3))
+          : dense(3, 1) && dense(2, pr.Q) && dense(1, pr.P * pr.Q);
   TORCH_INTERNAL_ASSERT(layout_ok && go.size(1) <= pr.K && reinterpret_cast<uintptr_t>(go.data_ptr()) % 16 == 0,
                         "wgmma weight gradient: a 16-byte aligned ", DYL ? "channels_last" : "NCHW",
                         " dy of at most ", pr.K, " channels");
