@@ -314,6 +314,26 @@ def test_forward_planes_fewer_channels(c, shape, dtype, bias, channels_last):
         assert guesses(names)["forward"] == f"{copied}fwd_planes_{kind}_{c}ch_c{k}", names
 
 
+# The 16-bit phase-plane forward built for 4 channels (RGBA, RGB-D; outputs 48-55 wide): NCHW
+# inputs as they are, channels_last ones on an NCHW copy, odd widths (even padding) on a copy one
+# zero column wider; 96 filters hold one set of planes (the weights take 111 KB), 64 or fewer
+# two, more than 96 run in filter groups (200: three of 72). Every output written, in the
+# input's layout, within the dtype's bound of float64.
+@pytest.mark.parametrize("shape", [(16, 4, 96, 224, 224, 2), (16, 4, 64, 227, 226, 0), (16, 4, 40, 225, 223, 2),
+                                   (16, 4, 200, 224, 224, 2)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_forward_planes_four_channels(shape, dtype, bias, channels_last):
+    names = _check_forward(shape, dtype, "highest", REL_L2[dtype], bias, channels_last)
+    if wgmma_kernels_run():
+        kind = "bf16" if dtype == torch.bfloat16 else "fp16"
+        k, w = shape[2], shape[4]
+        copied = "widen+" if w % 2 else "nchw+" if channels_last else ""
+        groups = "_split_g96" if k > 96 else f"_c{64 if k <= 64 else 96}"
+        assert guesses(names)["forward"] == f"{copied}fwd_planes_{kind}_4ch{groups}", names
+
+
 # More than 96 filters on the phase planes (outputs 48-55 wide): one launch a filter group of
 # equal width up to 96 (100 and 128 filters: two of 64; 200: three of 72; 384: four of 96),
 # each writing its channels of the output in either layout; 1 and 2 channels too (2 from

@@ -159,9 +159,9 @@ FIRST_LAYER_CHOICES = [
     # of the missing channels stay zero
     (1, 96, "pad3+", "fwd_planes_bf16_1ch_c96"),
     (2, 64, "pad3+", "fwd_planes_bf16_2ch_c64"),
-    # slices of 3 channels, the last zero-padded, partial outputs summed; on Hopper one
-    # kernel over chunks of 2 channels
-    (4, 96, "slice3x2+", "fwd_gmma_chunks_bf16_c96"),
+    # slices of 3 channels, the last zero-padded, partial outputs summed; on Hopper the
+    # phase planes built for 4 channels, or one kernel over chunks of 2 channels
+    (4, 96, "slice3x2+", "fwd_planes_bf16_4ch_c96"),
     (6, 64, "slice3x2+", "fwd_gmma_chunks_bf16_c64"),
     (8, 64, "fwd_cudnn", "fwd_gmma_chunks_bf16_c64"),  # cuDNN wins from 3 slices on
     (16, 192, "fwd_cudnn", "fwd_gmma_chunks_bf16_split_g128"),
@@ -177,14 +177,16 @@ def test_first_layer_choices(c, k, want, on_hopper):
 
 
 # Where Hopper's chunk kernel runs (64 images of 224 x 224, padding 2): 4-16 channels, in TF32
-# also 1 and 2, in 16-bit 1 and 2 but where the phase planes run (from NCHW or an NCHW copy,
-# more than 96 filters in groups; a 1-channel input is NCHW in either format); from channels_last it pays its NCHW copy except where cuDNN's channels_last
+# also 1 and 2, in 16-bit 1, 2 and 4 but where the phase planes run (from NCHW or an NCHW copy,
+# more than 96 filters in groups; a 1-channel input is NCHW in either format); from
+# channels_last it pays its NCHW copy except where cuDNN's channels_last
 # kernels are quick (16-bit: 13-16 channels at 64 or 128 filters; TF32: 6-8 channels at 16
 # filters, 9-16 channels but at 16 filters or 65-96 of up to 12 channels); in TF32 from 9
 # channels a last group of filters less than half full (128 = 96 + 32), and from 13 channels
 # more than two groups, go to cuDNN.
 HOPPER_CHUNK_CHOICES = [
-    (4, 64, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c64"),
+    (4, 64, "bf16", True, "nchw+fwd_planes_bf16_4ch_c64"),  # the phase planes built for 4
+    (4, 64, "tf32", True, "nchw+fwd_gmma_chunks_tf32_c64"),
     (8, 64, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c64"),
     (16, 96, "bf16", True, "nchw+fwd_gmma_chunks_bf16_c96"),
     (16, 64, "bf16", True, "fwd_cudnn"),

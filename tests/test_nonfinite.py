@@ -37,6 +37,8 @@ WIDE = (2, 3, 96, 27, 1024, 2)
 # grayscale at 224 x 224: on Hopper the 16-bit forward and weight gradient run
 # the phase planes built for (or leaving zero) the missing channels
 GRAY = (40, 1, 64, 224, 224, 2)
+# RGBA: on Hopper the 16-bit forward runs the phase planes built for 4 channels
+RGBA = (40, 4, 64, 224, 224, 2)
 CASES = [
     pytest.param("cpu", SMALL, id="cpu"),
     pytest.param("cuda", SMALL, id="cuda", marks=needs_cuda),
@@ -44,6 +46,7 @@ CASES = [
     pytest.param("cuda", CHUNKS, id="cuda-chunks", marks=needs_cuda),
     pytest.param("cuda", WIDE, id="cuda-wide", marks=needs_cuda),
     pytest.param("cuda", GRAY, id="cuda-gray", marks=needs_cuda),
+    pytest.param("cuda", RGBA, id="cuda-rgba", marks=needs_cuda),
     pytest.param("cuda", ALEXNET, id="cuda-alexnet", marks=[needs_cuda, pytest.mark.slow]),
 ]
 

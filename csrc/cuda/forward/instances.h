@@ -43,5 +43,8 @@
 // space-to-depth: (T, MODE, NT8)
 #define ALEXOP_FWD_S2D(X, T) X(T, k16S2d, 8) X(T, k16S2d, 12) X(T, k16S2dNhwc, 8) X(T, k16S2dNhwc, 12)
 
-// phase planes: (T, NT8)
-#define ALEXOP_FWD_PLANES(X, T) X(T, 8) X(T, 12)
+// phase planes: (T, NT8, CH), CH the channel slots: 3 (for 1 to 3
+// channels) or, 16-bit, 4 (in a file of its own)
+#define ALEXOP_FWD_PLANES_TF32(X) X(float, 8, 3) X(float, 12, 3)
+#define ALEXOP_FWD_PLANES_16(X, T) X(T, 8, 3) X(T, 12, 3)
+#define ALEXOP_FWD_PLANES_16_4CH(X, T) X(T, 8, 4) X(T, 12, 4)

@@ -3,11 +3,14 @@
 
 #include "launch.h"
 
+#include "../common/constants.h"
 #include "../common/launch.h"
 #include "../reference/reference.h"
 #include "instances.h"
 
 #include <c10/util/Exception.h>
+
+#include <algorithm>
 
 namespace alexop::cuda::forward {
 
@@ -23,16 +26,20 @@ void launch(const Choice& c, const Problem& p, const Args& a) {
                       k == Kernel::kGmmaStaged || k == Kernel::kGmmaChunks;
   const bool gmma = k != Kernel::kMmaSync, staged = k == Kernel::kGmmaStaged;
   const int cps = k == Kernel::kGmma2Cta ? 2 : 1;
-#define ALEXOP_PLANES(T, N8) \
-  if (k == Kernel::kPlanes && is_dtype<T>(t) && c.nt8 == N8) return planes::launch<T, N8>(p, a);
+  const int planes_ch = std::max(c.input_channels, kC);  // 1 and 2 channels: the 3-slot build
+#define ALEXOP_PLANES(T, N8, CH)                                                  \
+  if (k == Kernel::kPlanes && is_dtype<T>(t) && c.nt8 == N8 && planes_ch == CH) \
+    return planes::launch<T, N8, CH>(p, a);
 #define ALEXOP_S2D(T, M, N8) \
   if (k == Kernel::kS2d && is_dtype<T>(t) && c.mode == M && c.nt8 == N8) return gather::launch_s2d<T, M, N8>(p, a);
 #define ALEXOP_GATHER(T, M, N8, NB, G, CPS, ST)                                                         \
   if (gather && is_dtype<T>(t) && c.mode == M && c.nt8 == N8 && gmma == G && cps == CPS && staged == ST) \
     return gather::launch<T, M, N8, NB, G, CPS, ST>(p, a);
-  ALEXOP_FWD_PLANES(ALEXOP_PLANES, float)
-  ALEXOP_FWD_PLANES(ALEXOP_PLANES, __nv_bfloat16)
-  ALEXOP_FWD_PLANES(ALEXOP_PLANES, __half)
+  ALEXOP_FWD_PLANES_TF32(ALEXOP_PLANES)
+  ALEXOP_FWD_PLANES_16(ALEXOP_PLANES, __nv_bfloat16)
+  ALEXOP_FWD_PLANES_16(ALEXOP_PLANES, __half)
+  ALEXOP_FWD_PLANES_16_4CH(ALEXOP_PLANES, __nv_bfloat16)
+  ALEXOP_FWD_PLANES_16_4CH(ALEXOP_PLANES, __half)
   ALEXOP_FWD_S2D(ALEXOP_S2D, __nv_bfloat16)
   ALEXOP_FWD_S2D(ALEXOP_S2D, __half)
   ALEXOP_FWD_MMA_FP32(ALEXOP_GATHER)

@@ -30,7 +30,7 @@ void launch(const Problem& p, const Args& a);
 template <typename T, int MODE, int NT8> void launch_s2d(const Problem& p, const Args& a);
 }  // namespace gather
 namespace planes {
-template <typename T, int NT8> void launch(const Problem& p, const Args& a);
+template <typename T, int NT8, int CH> void launch(const Problem& p, const Args& a);
 }  // namespace planes
 
 }  // namespace alexop::cuda::forward

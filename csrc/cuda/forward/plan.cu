@@ -160,15 +160,16 @@ TilePlan plan_s2d(const Problem& pr, int nt8) {
 
 bool planes_fit(const Problem& pr, int nt8) {
   using namespace planes;
-  const bool f32 = pr.dtype == c10::ScalarType::Float;
-  const int64_t smem = f32 ? (nt8 == 8 ? Smem<float, 8>::kBytes : Smem<float, 12>::kBytes)
-                           : (nt8 == 8 ? Smem<__half, 8>::kBytes : Smem<__half, 12>::kBytes);
+  const bool f32 = pr.dtype == c10::ScalarType::Float, four = !f32 && pr.C == 4;  // the 4-slot build
+  const int64_t smem = f32    ? (nt8 == 8 ? Smem<float, 8>::kBytes : Smem<float, 12>::kBytes)
+                       : four ? (nt8 == 8 ? Smem<__half, 8, 4>::kBytes : Smem<__half, 12, 4>::kBytes)
+                              : (nt8 == 8 ? Smem<__half, 8>::kBytes : Smem<__half, 12>::kBytes);
   if (smem > pr.dev.smem_optin) return false;
   const int tiles_per_img = ((int)pr.P * kQf + kMT - 1) / kMT;
   const int64_t total = pr.N * (int64_t)tiles_per_img;
   if (total > INT32_MAX || total < pr.dev.num_sms) return false;
   // the copies' 32-bit byte offsets within an image
-  return (int64_t)kC * (int)(pr.H * pr.W) * (f32 ? 4 : 2) <= INT32_MAX;
+  return (int64_t)(four ? 4 : kC) * (int)(pr.H * pr.W) * (f32 ? 4 : 2) <= INT32_MAX;
 }
 
 }  // namespace alexop::cuda::forward

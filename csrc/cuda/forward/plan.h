@@ -45,8 +45,9 @@ TilePlan plan_gather(const Problem& p, const GatherConfig& c);
 // and padding 2 from about 250 to 290 pixels of width on).
 TilePlan plan_s2d(const Problem& p, int nt8);
 
-// The phase-plane kernel (planes.cuh): its fixed shared memory fits, a tile
-// per SM or more, tile counts and an image's bytes in 32 bits.
+// The phase-plane kernel (planes.cuh) built for p.C (16-bit 4 channels:
+// the 4-slot build; else 3): its fixed shared memory fits, a tile per SM or
+// more, tile counts and an image's bytes in 32 bits.
 bool planes_fit(const Problem& p, int nt8);
 
 }  // namespace alexop::cuda::forward

@@ -32,13 +32,17 @@
 // distance to the second, SBO = 128 (8 consecutive pixels). TF32: 99 groups
 // (s = 11 zero-weighted) and an all-zero one, 50 k8 steps, K = 400. 16-bit:
 // the 3 x 3 blocks of 4 x 4 pixels of the space-to-depth view as 54 groups
-// (r, s = 11 zero-weighted), 27 k16 steps, K = 432.
+// (r, s = 11 zero-weighted), 27 k16 steps, K = 432. The 16-bit kernels are
+// also built for 4 channel slots (CH = 4, NCHW: RGBA, RGB-D): 8 planes, 72
+// groups, 36 k16 steps, K = 576, where the chunk kernel's A gather was the
+// alternative.
 //
 // Tiles of 192 consecutive flat pixels of one image, three consumer
 // warpgroups of m64 x all channels; their rows need 7 rows of each plane
 // (6.4 KB a plane). The weights stay resident (in wgmma's K-major layout:
-// 154 KB TF32, 83 KB 16-bit at K = 96, arranged by a prep kernel). Planes
-// are refilled plane by plane (16-bit: two tiles' sets, alternating): a
+// 154 KB TF32, 83 KB 16-bit at K = 96 (111 KB for 4 channels), arranged by
+// a prep kernel). Planes are refilled plane by plane (16-bit: two tiles'
+// sets, alternating, where they fit beside the weights: Smem::kBufs): a
 // consumer warpgroup releases plane j once its wgmmas that read it have
 // completed, and a producer warpgroup copies the plane for the CTA's next
 // tile (zero-filled outside the image: the padding) and marks it full when
@@ -95,40 +99,42 @@ static_assert(kMT + kQf - 1 <= (kRows - 2) * kQf, "a tile's pixels span rows 0 .
 // tap_s(g, e)), zero where r or s reaches 11. Groups are numbered in order
 // of their offsets, so a k step's LBO is positive.
 //
-// 16-bit: plane j = 3b + c holds the padded rows 4i + 2b and 4i + 2b + 1 of
-// channel c, interleaved by 4-column blocks (16 bytes: 4 values of the
-// first row, then the same 4 columns of the second). Group (b, c, R, j):
-// block j of the pixel's 3 x 3 blocks, rows 4R + 2b and + 1; 54 groups, 27
-// k16 steps, K = 432.
+// 16-bit, CH channel slots: plane j = CH b + c holds the padded rows 4i + 2b
+// and 4i + 2b + 1 of channel c, interleaved by 4-column blocks (16 bytes: 4
+// values of the first row, then the same 4 columns of the second). Group
+// (b, c, R, j): block j of the pixel's 3 x 3 blocks, rows 4R + 2b and + 1;
+// 18 CH groups, 9 CH k16 steps: K = 432 for 3 slots, 576 for 4.
 //
 // 16-bit channels_last: the same planes and groups, but a row's 4 columns
 // are 12 values (value v: column v / 3, channel v % 3), which the copies
 // take as six 4-byte pieces, and plane j = 3b + f holds unit type f of the
 // rows 4i + 2b and 4i + 2b + 1: f = 0 the first row's values 0-7, f = 1
-// its values 8-11 and the second row's 0-3, f = 2 the second row's 4-11.
-template <typename T>
+// its values 8-11 and the second row's 0-3, f = 2 the second row's 4-11
+// (3 channel slots only).
+template <typename T, int CH = kC>
 struct Layout {
-  static constexpr int kPlanes = 2 * kC;
-  static constexpr int kGroups = 54;
-  static constexpr int kSteps = 27;
+  static constexpr int kPlanes = 2 * CH;
+  static constexpr int kGroups = 18 * CH;
+  static constexpr int kSteps = 9 * CH;
   static constexpr int kElems = 8;
-  static constexpr int kBufs = 2;  // B is half the size of TF32's: room for a second tile's planes
+  static constexpr int kBufs = 2;  // B is half the size of TF32's: room for a second tile's planes (Smem)
   static constexpr bool kStaged = true;  // outputs staged in shared memory for a store warpgroup
   static constexpr int kSlotBytes = kPlaneBytes;  // a plane's slot
   __host__ __device__ static constexpr int plane(int g) { return g / 9; }
   __host__ __device__ static constexpr int row(int g) { return g % 9 / 3; }
   __host__ __device__ static constexpr int col(int g) { return 16 * (g % 3); }
-  __host__ __device__ static constexpr int tap_c(int g) { return plane(g) % kC; }
-  __host__ __device__ static constexpr int tap_r(int g, int e) { return 4 * row(g) + 2 * (plane(g) / kC) + e / 4; }
+  __host__ __device__ static constexpr int tap_c(int g) { return plane(g) % CH; }
+  __host__ __device__ static constexpr int tap_r(int g, int e) { return 4 * row(g) + 2 * (plane(g) / CH) + e / 4; }
   __host__ __device__ static constexpr int tap_s(int g, int e) { return 4 * (g % 3) + e % 4; }
   // plane j: channel, first padded row mod 4
-  __host__ __device__ static constexpr int plane_c(int j) { return j % kC; }
-  __host__ __device__ static constexpr int plane_a(int j) { return 2 * (j / kC); }
+  __host__ __device__ static constexpr int plane_c(int j) { return j % CH; }
+  __host__ __device__ static constexpr int plane_a(int j) { return 2 * (j / CH); }
   // channels_last: element e of unit type f: its row of the pair, its value;
   // the tap of group g's element e
   __host__ __device__ static constexpr int nhwc_row(int f, int e) { return f == 0 ? 0 : f == 2 ? 1 : e / 4; }
   __host__ __device__ static constexpr int nhwc_val(int f, int e) { return f == 0 ? e : f == 2 ? 4 + e : (e + 8) % 12; }
   __host__ __device__ static constexpr void nhwc_tap(int g, int e, int& c, int& r, int& s) {
+    static_assert(CH == kC, "channels_last unit types: 3 channels");
     const int f = plane(g) % kC, v = nhwc_val(f, e);
     c = v % kC;
     r = 4 * row(g) + 2 * (plane(g) / kC) + nhwc_row(f, e);
@@ -144,7 +150,7 @@ struct Layout {
 // 50 k8 steps, K = 400. The three channels of a row phase a are consecutive
 // planes, which channels_last copies together (load_unit_triples).
 template <>
-struct Layout<float> {
+struct Layout<float, kC> {
   static constexpr int kPlanes = 4 * kC;
   static constexpr int kGroups = 99;
   static constexpr int kSteps = 50;
@@ -178,14 +184,14 @@ struct Layout<float> {
 
 // Every tap (c, r, s) of the 11 x 11 window lies in exactly one k slot, for
 // both layouts' tap maps.
-template <typename T, bool kNhwc>
+template <typename T, bool kNhwc, int CH = kC>
 constexpr bool taps_once() {
-  using L = Layout<T>;
-  int seen[kC * kR * kR] = {};
+  using L = Layout<T, CH>;
+  int seen[CH * kR * kR] = {};
   for (int g = 0; g < L::kGroups; ++g)
     for (int e = 0; e < L::kElems; ++e) {
       int c = L::tap_c(g), r = L::tap_r(g, e), s = L::tap_s(g, e);
-      if (kNhwc) L::nhwc_tap(g, e, c, r, s);
+      if constexpr (kNhwc) L::nhwc_tap(g, e, c, r, s);
       if (r < kR && s < kR) ++seen[(c * kR + r) * kR + s];
     }
   for (int n : seen)
@@ -194,25 +200,35 @@ constexpr bool taps_once() {
 }
 static_assert(taps_once<float, false>() && taps_once<float, true>(), "TF32 k slots");
 static_assert(taps_once<__nv_bfloat16, false>() && taps_once<__nv_bfloat16, true>(), "16-bit k slots");
+static_assert(taps_once<__nv_bfloat16, false, 4>(), "16-bit k slots of 4 channels");
 
 template <typename T>
 constexpr int kThreads = 128 * (kConsumers + 1 + Layout<T>::kStaged);
 
 // Shared memory, in this order: the weights (B), the planes' slots, the
 // staged outputs (16-bit), the bias (fp32), the full and empty mbarriers of
-// each slot, then those of the staging buffer.
-template <typename T, int NT8>
+// each slot, then those of the staging buffer. kBufs: the layout's sets of
+// planes where they fit sm_90's 227 KB beside the rest, else one (4
+// channels of 96 filters: the weights take 111 KB).
+template <typename T, int NT8, int CH = kC>
 struct Smem {
-  using L = Layout<T>;
-  static constexpr int kSlots = L::kBufs * L::kPlanes;
+  using L = Layout<T, CH>;
   static constexpr int kB = L::kSteps * 2 * NT8 * 8 * 16;
-  static constexpr int kA = kSlots * L::kSlotBytes;
   static constexpr int kStage = L::kStaged ? NT8 * 8 * kLs * 2 : 0;
+  static constexpr int bytes(int bufs) {
+    return kB + bufs * L::kPlanes * (L::kSlotBytes + 16) + kStage + NT8 * 8 * 4 + 16;
+  }
+  static constexpr int kBufs = bytes(L::kBufs) <= 227 * 1024 ? L::kBufs : 1;
+  static constexpr int kSlots = kBufs * L::kPlanes;
+  static constexpr int kA = kSlots * L::kSlotBytes;
   static constexpr int kBias = kB + kA + kStage;
   static constexpr int kBars = kBias + NT8 * 8 * 4;
   static constexpr int kBytes = kBars + 16 * kSlots + 16;
+  static_assert(kBytes == bytes(kBufs), "the layout above");
 };
 static_assert(Smem<float, 12>::kBytes <= 227 * 1024, "the TF32 kernel at 96 channels fits sm_90's 227 KB");
+static_assert(Smem<__nv_bfloat16, 12>::kBufs == 2 && Smem<__nv_bfloat16, 8, 4>::kBufs == 2 &&
+              Smem<__nv_bfloat16, 12, 4>::kBytes <= 227 * 1024, "16-bit planes: two sets but at 4 x 96");
 
 template <typename T>
 struct Params {
@@ -223,7 +239,7 @@ struct Params {
   int64_t sN;  // input element strides: image, channel, row, column
   int sC, sY, sX;
   int H, W, K, P, Q, PQ, pad;
-  int C;  // input channels, 1 to 3: the planes of channels past C stay zero, never copied
+  int C;  // input channels, 1 to CH: the planes of channels past C stay zero, never copied
   int tiles_per_img, total_tiles;
   int vec8;   // float, even padding and width, 8-byte aligned: 8-byte copies
   int units;  // channels_last by unit types: 16-bit always, TF32 with 8-byte copies
@@ -235,9 +251,9 @@ struct Params {
 
 // B for NT channels in wgmma's K-major layout: per k step two blocks (its
 // groups) of NT rows x 16 bytes; TF32-rounded for float.
-template <typename T, int NT, bool kNhwc>
+template <typename T, int NT, bool kNhwc, int CH>
 __global__ void prep_weights_planes_kernel(const T* __restrict__ w, int K, int C, T* __restrict__ out) {
-  using L = Layout<T>;
+  using L = Layout<T, CH>;
   pdl_launch_dependents();  // the main kernel's prologue and first planes need none of this
   const int i = blockIdx.x * blockDim.x + threadIdx.x;  // ((group, n), e)
   if (i >= L::kSteps * 2 * NT * L::kElems) return;
@@ -276,7 +292,9 @@ constexpr bool offsets_increase() {
     if (group_off<L>(g + 1) <= group_off<L>(g)) return false;
   return true;
 }
-static_assert(offsets_increase<Layout<float>>() && offsets_increase<Layout<__nv_bfloat16>>(), "group order");
+static_assert(offsets_increase<Layout<float>>() && offsets_increase<Layout<__nv_bfloat16>>() &&
+                  offsets_increase<Layout<__nv_bfloat16, 4>>(),
+              "group order");
 
 constexpr int kChunks = kRows * kQf;  // 16-byte units per plane
 
@@ -383,10 +401,10 @@ __device__ __forceinline__ void load_unit_triples(const Params<float>& p, uint32
   }
 }
 
-template <typename T, int kB, bool kNhwc>
+template <typename T, int kB, bool kNhwc, int CH, int kBufs>
 __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, uint32_t s_empty, uint32_t s_full,
                                             int t) {
-  using L = Layout<T>;
+  using L = Layout<T, CH>;
   constexpr bool k16 = !std::is_same_v<T, float>;
   constexpr int kPer = 16 / kB, kPieces = kChunks * kPer, kN = (kPieces + kLoaders - 1) / kLoaders;
   static_assert(!k16 || kB == 4, "16-bit: 4-byte pieces");
@@ -429,7 +447,7 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
   int it = 0;
   for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x, ++it) {
     const int n = tile / p.tiles_per_img, p0 = (tile - n * p.tiles_per_img) * kMT / kQf;
-    const int buf = it % L::kBufs, use = it / L::kBufs;
+    const int buf = it % kBufs, use = it / kBufs;
     const T* img = p.x + n * p.sN;
     for (int j = 0; j < L::kPlanes; ++j) {
       const int slot = buf * L::kPlanes + j;
@@ -444,6 +462,7 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
       const char* from;
       if constexpr (kNhwc) {
         // the part's row of the pair and its first value of the row's 12
+        static_assert(CH == kC, "channels_last unit types: 3 channels");
         const int f = j % kC, row = f == 0 ? 0 : f == 2 ? 1 : k >> 1;
         const int val = 2 * (f == 0 ? k : f == 2 ? 2 + k : (k + 4) % 6);
         y1 += row;
@@ -523,11 +542,12 @@ __device__ __forceinline__ void store_tiles(const Params<T>& p, const uint16_t* 
 // released. kLag = 2 measured faster than 1, 3 or 4 (TF32).
 constexpr int kLag = 2;
 
-template <typename T, int NT8, bool SLICE>
+template <typename T, int NT8, int CH, bool SLICE>
 __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32_t s_b, const float* sbias,
                                         uint32_t s_full, uint32_t s_empty, unsigned char* stage, uint32_t s_sfull,
                                         uint32_t s_sempty, int tid) {
-  using L = Layout<T>;
+  using L = Layout<T, CH>;
+  constexpr int kBufs = Smem<T, NT8, CH>::kBufs;
   constexpr int NT = NT8 * 8;
   const int wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
   const uint64_t db = gmma_desc(s_b, NT * 16, 128);
@@ -535,9 +555,9 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
   int it = 0;
   for (int tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x, ++it) {
     const int n = tile / p.tiles_per_img, f0 = (tile - n * p.tiles_per_img) * kMT, p0 = f0 / kQf;
-    const int bar0 = 8 * (it % L::kBufs) * L::kPlanes, parity = it / L::kBufs & 1;
+    const int bar0 = 8 * (it % kBufs) * L::kPlanes, parity = it / kBufs & 1;
     const uint64_t da =
-        gmma_desc(s_a + (it % L::kBufs) * L::kPlanes * L::kSlotBytes + (f0 - kQf * p0 + 64 * wg) * 16, 0, 128);
+        gmma_desc(s_a + (it % kBufs) * L::kPlanes * L::kSlotBytes + (f0 - kQf * p0 + 64 * wg) * 16, 0, 128);
     // A warpgroup whose 64 pixels all lie past the image's last (the last
     // tile of an image, e.g. 55 x 57 = 3135 flat pixels: 16 tiles and one
     // block of 64) only keeps the barriers' phases.
@@ -633,10 +653,10 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
 }
 
 // The consumer warpgroups: the weights and bias, then every tile's wgmmas.
-template <typename T, int NT8, bool SLICE>
+template <typename T, int NT8, int CH, bool SLICE>
 __device__ __forceinline__ void consumers(const Params<T>& p, unsigned char* smem, unsigned char* stage, float* sbias,
                                           int tid) {
-  using S = Smem<T, NT8>;
+  using S = Smem<T, NT8, CH>;
   constexpr int NT = NT8 * 8, kSlots = S::kSlots;
   const uint32_t s_b = smem_u32(smem), s_a = s_b + S::kB;
   const uint32_t s_full = s_b + S::kBars, s_empty = s_full + 8 * kSlots;
@@ -650,18 +670,18 @@ __device__ __forceinline__ void consumers(const Params<T>& p, unsigned char* sme
   cp_async_wait_all();
   fence_proxy_async();  // for the tensor cores
   asm volatile("bar.sync 1, %0;\n" ::"n"(128 * kConsumers) : "memory");
-  consume<T, NT8, SLICE>(p, s_a, s_b, sbias, s_full, s_empty, stage, s_sfull, s_sempty, tid);
+  consume<T, NT8, CH, SLICE>(p, s_a, s_b, sbias, s_full, s_empty, stage, s_sfull, s_sempty, tid);
 }
 
 // Filter group blockIdx.y's part of p, where one launch (SLICE) covers
 // every group: filters [k0, k0 + p.K) of a whole output of ysn / PQ
 // filters, their weights (a prepared block each) and bias.
-template <typename T, int NT8>
+template <typename T, int NT8, int CH>
 __device__ __forceinline__ Params<T> filter_group(const Params<T>& p) {
   Params<T> q = p;
   const int k0 = (int)blockIdx.y * p.K;
   q.K = min(p.K, p.ysn / p.PQ - k0);
-  q.wb = p.wb + blockIdx.y * (Smem<T, NT8>::kB / 16);
+  q.wb = p.wb + blockIdx.y * (Smem<T, NT8, CH>::kB / 16);
   q.bias = p.bias != nullptr ? p.bias + k0 : nullptr;
   q.w = p.w + (int64_t)k0 * p.C * kR * kR;
   q.y = p.y + (int64_t)k0 * p.ysc;
@@ -669,11 +689,11 @@ __device__ __forceinline__ Params<T> filter_group(const Params<T>& p) {
 }
 #endif
 
-template <typename T, int NT8, bool SLICE>
+template <typename T, int NT8, int CH, bool SLICE>
 __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(const Params<T> p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = Layout<T>;
-  using S = Smem<T, NT8>;
+  using L = Layout<T, CH>;
+  using S = Smem<T, NT8, CH>;
   constexpr int kSlots = S::kSlots;
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* stage = smem + S::kB + S::kA;
@@ -682,9 +702,9 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
   const uint32_t s_full = s_b + S::kBars, s_empty = s_full + 8 * kSlots;
   const uint32_t s_sfull = s_empty + 8 * kSlots, s_sempty = s_sfull + 8;
   const int tid = threadIdx.x;
-  // fewer than 3 channels (NCHW): the slots of the missing channels' planes
+  // fewer than CH channels (NCHW): the slots of the missing channels' planes
   // hold zeros for good, for the tensor cores (fenced below)
-  if (p.C < kC) {
+  if (p.C < CH) {
     for (int slot = 0; slot < kSlots; ++slot)
       if (L::plane_c(slot % L::kPlanes) >= p.C)
         for (int i = tid; i < L::kSlotBytes / 16; i += blockDim.x)
@@ -703,7 +723,7 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
   __syncthreads();
   if (tid >= 128 * (kConsumers + 1)) {
     if constexpr (L::kStaged && SLICE)
-      store_tiles<T, true>(filter_group<T, NT8>(p), reinterpret_cast<const uint16_t*>(stage), s_sfull, s_sempty,
+      store_tiles<T, true>(filter_group<T, NT8, CH>(p), reinterpret_cast<const uint16_t*>(stage), s_sfull, s_sempty,
                            tid - 128 * (kConsumers + 1));
     else if constexpr (L::kStaged)
       store_tiles<T, false>(p, reinterpret_cast<const uint16_t*>(stage), s_sfull, s_sempty,
@@ -714,21 +734,23 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
       if (p.units) {
         load_unit_triples(p, s_a, s_empty, s_full, t);
       } else if (p.vec8) {
-        load_planes<T, 8, false>(p, s_a, s_empty, s_full, t);
+        load_planes<T, 8, false, CH, S::kBufs>(p, s_a, s_empty, s_full, t);
       } else {
-        load_planes<T, 4, false>(p, s_a, s_empty, s_full, t);
+        load_planes<T, 4, false, CH, S::kBufs>(p, s_a, s_empty, s_full, t);
       }
     } else {
-      if (p.units) {
-        load_planes<T, 4, true>(p, s_a, s_empty, s_full, t);
-      } else {
-        load_planes<T, 4, false>(p, s_a, s_empty, s_full, t);
+      if constexpr (CH == kC) {
+        if (p.units) {
+          load_planes<T, 4, true, CH, S::kBufs>(p, s_a, s_empty, s_full, t);
+          return;
+        }
       }
+      load_planes<T, 4, false, CH, S::kBufs>(p, s_a, s_empty, s_full, t);
     }
   } else if constexpr (SLICE) {
-    consumers<T, NT8, true>(filter_group<T, NT8>(p), smem, stage, sbias, tid);
+    consumers<T, NT8, CH, true>(filter_group<T, NT8, CH>(p), smem, stage, sbias, tid);
   } else {
-    consumers<T, NT8, false>(p, smem, stage, sbias, tid);
+    consumers<T, NT8, CH, false>(p, smem, stage, sbias, tid);
   }
 #endif
 }
@@ -736,16 +758,18 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
 // The prep kernel (one a filter group), then the main kernel as the last
 // one's programmatic dependent: one launch over every group, a grid row
 // each (filter_group), so that the groups' tiles share the SMs' rounds.
-template <typename T, int NT8>
+template <typename T, int NT8, int CH>
 void launch(const Problem& pr, const Args& a) {
-  using L = Layout<T>;
-  using S = Smem<T, NT8>;
+  using L = Layout<T, CH>;
+  using S = Smem<T, NT8, CH>;
+  static_assert(CH == kC || !std::is_same_v<T, float>, "TF32 planes: 3 channel slots");
   constexpr int NT = NT8 * 8;
   TORCH_INTERNAL_ASSERT(planes_fit(pr, NT8), "forward planes: chosen for a problem it does not fit");
   Params<T> p{};
   set_sizes(p, pr);
   p.C = (int)pr.C;
-  TORCH_INTERNAL_ASSERT(p.C == kC || (p.C >= 1 && p.C < kC && !pr.nhwc), "forward planes: channels");
+  TORCH_INTERNAL_ASSERT(p.C == CH || (p.C >= 1 && p.C < CH && CH == kC && !pr.nhwc), "forward planes: channels");
+  TORCH_INTERNAL_ASSERT(CH == kC || !pr.nhwc, "forward planes: channels_last of 3 channels only");
   const int hw = p.H * p.W;
   p.sN = a.input.stride(0);  // a channel slice's images are C channels apart
   p.sC = pr.nhwc ? 1 : hw;
@@ -765,7 +789,7 @@ void launch(const Problem& pr, const Args& a) {
   auto stream = c10::cuda::getCurrentCUDAStream();
   const at::Tensor wbuf = scratch(a.input, groups * S::kB);
   constexpr int kPrepThreads = L::kSteps * 2 * NT * L::kElems;
-  auto* prep = p.units ? prep_weights_planes_kernel<T, NT, true> : prep_weights_planes_kernel<T, NT, false>;
+  auto* prep = p.units ? prep_weights_planes_kernel<T, NT, CH == kC, CH> : prep_weights_planes_kernel<T, NT, false, CH>;
   for (int g = 0; g < groups; ++g) {
     const int64_t k0 = g * width;
     prep<<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(
@@ -783,7 +807,8 @@ void launch(const Problem& pr, const Args& a) {
   p.ysn = (int)a.output.stride(0);  // at most kMaxFilters * 55 * 55
   p.accumulate = a.accumulate ? 1 : 0;
   if (groups > 1) p.K = (int)width;  // a group's filters (filter_group)
-  auto* kernel = groups > 1 ? conv11s4_fwd_planes_kernel<T, NT8, true> : conv11s4_fwd_planes_kernel<T, NT8, false>;
+  auto* kernel =
+      groups > 1 ? conv11s4_fwd_planes_kernel<T, NT8, CH, true> : conv11s4_fwd_planes_kernel<T, NT8, CH, false>;
   allow_max_dynamic_smem(kernel);
   const dim3 grid((unsigned)std::min<int64_t>(total, std::max(1, pr.dev.num_sms / groups)), (unsigned)groups);
   launch_dependent(kernel, grid, kThreads<T>, S::kBytes, stream, p);

@@ -3,7 +3,7 @@
 #include "planes.cuh"
 
 namespace alexop::cuda::forward::planes {
-#define ALEXOP_INST(T, N8) template void launch<T, N8>(const Problem&, const Args&);
-ALEXOP_FWD_PLANES(ALEXOP_INST, __nv_bfloat16)
-ALEXOP_FWD_PLANES(ALEXOP_INST, __half)
+#define ALEXOP_INST(T, N8, CH) template void launch<T, N8, CH>(const Problem&, const Args&);
+ALEXOP_FWD_PLANES_16(ALEXOP_INST, __nv_bfloat16)
+ALEXOP_FWD_PLANES_16(ALEXOP_INST, __half)
 }  // namespace alexop::cuda::forward::planes

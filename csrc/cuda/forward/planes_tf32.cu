@@ -3,6 +3,6 @@
 #include "planes.cuh"
 
 namespace alexop::cuda::forward::planes {
-#define ALEXOP_INST(T, N8) template void launch<T, N8>(const Problem&, const Args&);
-ALEXOP_FWD_PLANES(ALEXOP_INST, float)
+#define ALEXOP_INST(T, N8, CH) template void launch<T, N8, CH>(const Problem&, const Args&);
+ALEXOP_FWD_PLANES_TF32(ALEXOP_INST)
 }  // namespace alexop::cuda::forward::planes

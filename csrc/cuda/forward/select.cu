@@ -5,39 +5,42 @@
 //
 //  1. empty output                                  -> none
 //  2. float64                                       -> generic   [the reference; no tensor-core kernel]
-//  3. wgmma, chunks_shape: 4 to 16 channels (float32: 1 to 16 but 3; 16-bit 1 and 2 where few16_chunks_pay),
+//  3. wgmma, 16-bit, 4 channels, planes4            -> planes 16-bit built for 4 channels ("_4ch"), the same
+//                                                      groups, on an NCHW copy of a channels_last or odd-width
+//                                                      input [no gather]
+//  4. wgmma, chunks_shape: 4 to 16 channels (float32: 1 to 16 but 3; 16-bit 1 and 2 where few16_chunks_pay),
 //     TF32, 16-bit or fp32-accurate (3xFP16: up to 5 channels, more than one small image), nhwc_copy_pays,
 //     tf32_groups_pay
 //                                                   -> gmma chunks, groups of 64 | 96 (| 128 16-bit), channels_last
 //                                                      inputs copied to NCHW [one launch over every channel]
-//  4. 16-bit, 1 or 2 channels, planes_few         -> planes built to leave the missing channels zero [no padded copy],
+//  5. 16-bit, 1 or 2 channels, planes_few         -> planes built to leave the missing channels zero [no padded copy],
 //                                                      channels_last inputs copied to NCHW
-//  5. 1 or 2, or 4 to max_sliced_channels channels -> slices of 3 (slices_pay) + the 3-channel choice [cheaper than cuDNN's few-channel kernels]
-//     (one small image: the copies' launches cost more -> cudnn, rule 6)
-//  6. not a tensor-core problem (tc_shape)          -> cudnn     [outside the kernels' limits or architectures]
+//  6. 1 or 2, or 4 to max_sliced_channels channels -> slices of 3 (slices_pay) + the 3-channel choice [cheaper than cuDNN's few-channel kernels]
+//     (one small image: the copies' launches cost more -> cudnn, rule 7)
+//  7. not a tensor-core problem (tc_shape)          -> cudnn     [outside the kernels' limits or architectures]
 // float32, Fp32Math::kAccurate ("highest"):
-//  7. wgmma, K <= 96, tiles fill the GPU (h3_fills) -> gmma 3xFP16, one CTA of K <= 64 | 96 [twice TF32's rate]
-//  8. wgmma, K > 64, the same fill (7 did not fit)  -> gmma 3xTF32, groups of 48 (else cudnn) [B big + small for 96 does not fit]
-//  9. otherwise                                     -> mma.sync 3xTF32, split rule
+//  8. wgmma, K <= 96, tiles fill the GPU (h3_fills) -> gmma 3xFP16, one CTA of K <= 64 | 96 [twice TF32's rate]
+//  9. wgmma, K > 64, the same fill (8 did not fit)  -> gmma 3xTF32, groups of 48 (else cudnn) [B big + small for 96 does not fit]
+// 10. otherwise                                     -> mma.sync 3xTF32, split rule
 // float32, Fp32Math::kBf16x3 ("high"):
-// 10. as 7                                          -> gmma 3xFP16 [faster and more accurate than bf16x3]
-// 11. otherwise                                     -> mma.sync bf16x3, split rule
+// 11. as 8                                          -> gmma 3xFP16 [faster and more accurate than bf16x3]
+// 12. otherwise                                     -> mma.sync bf16x3, split rule
 // split rule: channel groups of 48, 32 or 16 where split_cost says they
 //  shorten the busiest SM's queue by 10%, else all channels in one group
 //  (K <= 96; groups of 48 where that does not fit)  -> mma.sync (else cudnn)
 // float32, Fp32Math::kTf32 ("medium"):
-// 12. wgmma, planes_shape                           -> planes TF32, groups of <= 96 [no gather: A by descriptor]
-// 13. wgmma                                         -> gmma TF32, groups of 64 | 96
-// 14. otherwise                                     -> mma.sync TF32, groups of 64 | 96 (else cudnn)
+// 13. wgmma, planes_shape                           -> planes TF32, groups of <= 96 [no gather: A by descriptor]
+// 14. wgmma                                         -> gmma TF32, groups of 64 | 96
+// 15. otherwise                                     -> mma.sync TF32, groups of 64 | 96 (else cudnn)
 // bf16 / fp16 (mode: k16Pairs for NCHW of even padding, else k16):
-// 15. wgmma, planes_shape, planes16_aligned         -> planes 16-bit, the same groups
+// 16. wgmma, planes_shape, planes16_aligned         -> planes 16-bit, the same groups
 //     (odd width, even padding: on a copy one zero column wider, planes_widen_pays)
-//     NCHW rows not of whole 16-byte units, staged_fills: 16-19 on a copy of
+//     NCHW rows not of whole 16-byte units, staged_fills: 17-20 on a copy of
 //     rows widened to whole units (gather16_widen_pays)
-// 16. wgmma, staged_fills, s2d_aligned              -> space-to-depth, NCHW or channels_last [ldmatrix, no table]
-// 17. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
-// 18. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
-// 19. otherwise                                     -> mma.sync, groups of 64 | 96 | 128 (else cudnn)
+// 17. wgmma, staged_fills, s2d_aligned              -> space-to-depth, NCHW or channels_last [ldmatrix, no table]
+// 18. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
+// 19. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
+// 20. otherwise                                     -> mma.sync, groups of 64 | 96 | 128 (else cudnn)
 // mma.sync where its groups do not fit: on unmeasured architectures narrower
 // groups (mma_sync), else cudnn.
 // A tensor-core choice is timed against cuDNN on each problem's first call
@@ -255,6 +258,23 @@ Choice cudnn(const Problem& p) {
   return c;
 }
 
+// 16-bit inputs of 4 channels (RGBA, RGB-D) run the phase planes built for
+// 4 (K = 576; 96 filters with one set of planes: the weights take 111 KB)
+// where the 3-channel ones would run: the chunk kernel's A gather kept its
+// tensor cores behind. A channels_last input, which the planes of 4 read
+// as NCHW only, and an odd width (one zero column more, as
+// planes_widen_pays) run on an NCHW copy, as the chunk kernel's would.
+Choice planes4(const Problem& p) {
+  Choice c = make(Kernel::kPlanes, p, k16, planes_nt8(p.K));
+  c.input_channels = 4;
+  c.widened = p.W % 2 != 0;
+  c.nchw_copy = p.nhwc && !c.widened;
+  const Problem q = kernel_input_problem(c, p);
+  const bool ok = p.dtype != ScalarType::Float && p.dev.sm90a && p.C == 4 && tc_limits(p) && planes_shape(q) &&
+                  planes16_aligned(q) && planes_fit(q, c.nt8);
+  return ok ? c : cudnn(p);
+}
+
 bool gather_fits(const Problem& p, MathMode mode, int nt8, int nbuf, bool gmma, int cps, bool staged) {
   return plan_gather(p, {mode, nt8, nbuf, gmma, cps, staged, p.dtype == ScalarType::Float ? 4 : 2}).fits;
 }
@@ -378,6 +398,7 @@ Choice select(const Problem& p) {
     return c;
   }
   if (p.dtype == ScalarType::Double) return generic(p);
+  if (const Choice c = planes4(p); c.kernel == Kernel::kPlanes) return c;
   if (chunks_shape(p) && nhwc_copy_pays(p)) {
     const MathMode mode = chunks_mode(p);
     const int nt8 = p.dtype == ScalarType::Float ? nt8_fp32(p.K) : nt8_for(p.K);

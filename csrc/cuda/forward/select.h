@@ -44,7 +44,8 @@ struct Choice {
   // the phase planes of 1 or 2 channels
   bool nchw_copy = false;
   // the phase planes of a 16-bit NCHW input of 1 or 2 channels (the missing
-  // channels' planes zero), not a zero-padded copy ("_1ch")
+  // channels' planes zero), not a zero-padded copy ("_1ch"); or of 4, the
+  // planes built for 4 channels ("_4ch")
   int input_channels = 3;
   // a 16-bit input on an NCHW copy with zero columns added ("widen+",
   // kernel_input_problem): for the phase planes of an odd width one, whose
@@ -82,7 +83,8 @@ bool any_output_layout(const Choice& c);
 // else cuDNN.
 bool timed(const Choice& c);
 
-// e.g. "fwd_planes_bf16_c96", "fwd_planes_bf16_1ch_c96", "widen+fwd_planes_bf16_c96", "fwd_mma_3xtf32_split_g16", "pad3+fwd_s2d_bf16_c64" (one
+// e.g. "fwd_planes_bf16_c96", "fwd_planes_bf16_1ch_c96", "nchw+fwd_planes_bf16_4ch_c64",
+// "widen+fwd_planes_bf16_c96", "fwd_mma_3xtf32_split_g16", "pad3+fwd_s2d_bf16_c64" (one
 // slice), "slice3x2+fwd_s2d_bf16_c96" (two), "fwd_gmma_chunks_tf32_c64",
 // "nchw+fwd_gmma_chunks_bf16_c96", "fwd_cudnn", "fwd_generic"
 std::string name(const Choice& c);
