@@ -131,17 +131,19 @@ def test_gradients_nonfinite_where_conv2d_is(device, shape, dtype, mode, bound, 
     with precision(mode):
         got = torch.autograd.grad(alexop.conv11s4(*leaves, p), leaves, grad)
         choices = guesses(alexop.kernel_for(x, wt, p))
-        # A gradient handed to cuDNN or oneDNN is F.conv2d's on this device and dtype. Their weight
-        # gradient leaves out the padded pixels: an infinite grad_output next to the padding gives
-        # ±Inf there where float64 F.conv2d multiplies the padding's zeros and gives NaN. cuDNN's
-        # deterministic input gradients (the untimed choice here) give NaN around an infinite
-        # grad_output, past the pixels its windows reach. (A 16-bit result of oneDNN's with
-        # non-finite elements is computed again by alexop's kernels.)
+        # A gradient handed to cuDNN or oneDNN is F.conv2d's on this device and dtype, in either
+        # layout (the fallbacks run the faster; untimed, the input gradient channels_last). Their
+        # weight gradient leaves out the padded pixels: an infinite grad_output next to the padding
+        # gives ±Inf there where float64 F.conv2d multiplies the padding's zeros and gives NaN.
+        # cuDNN's deterministic input gradients (the untimed choice here) give NaN around an
+        # infinite grad_output, past the pixels its windows reach, how far depending on the
+        # layout's algorithm. (A 16-bit result of oneDNN's with non-finite elements is computed
+        # again by alexop's kernels.)
         handed = {"input": ("dgrad_cudnn", "cpu_dgrad_aten"), "weight": ("wgrad_cudnn", "cpu_wgrad_aten")}
         on_device = _device_grads(x, wt, grad, p)
     for name, g, w, d, op in (("input", got[0], want[0], on_device[0], "input_grad"),
                               ("weight", got[1], want[1], on_device[1], "weight_grad")):
-        wants = [d, w] if choices[op] in handed[name] else [w]
+        wants = [*d, w] if choices[op] in handed[name] else [w]
         for i, r in enumerate(wants):
             try:
                 assert_nonfinite_match(g, r, bound, f"{name} gradient ({choices[op]})")
@@ -155,15 +157,19 @@ def test_gradients_nonfinite_where_conv2d_is(device, shape, dtype, mode, bound, 
 def _device_grads(x, wt, grad, p):
     """F.conv2d's input and weight gradients as alexop's fallbacks compute them, as float64 on the
     CPU: on the tensors' own device and in their dtype (on the CPU, 16-bit dtypes in float32, as
-    there)."""
+    there), in NCHW and in channels_last; [[input's], [weight's]]."""
     reduced = x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16)
     x, wt, grad = (t.detach().float() if reduced else t.detach() for t in (x, wt, grad))
-    leaves = [x.requires_grad_(), wt.requires_grad_()]
     # the fallbacks let cuDNN use TF32 only where the float32 precision allows it (not "highest")
     saved = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = torch.get_float32_matmul_precision() != "highest"
     try:
-        out = torch.nn.functional.conv2d(*leaves, None, stride=4, padding=p)
-        return [g.double().cpu() for g in torch.autograd.grad(out, leaves, grad)]
+        found = [[], []]
+        for layout in (torch.contiguous_format, torch.channels_last):
+            leaves = [t.contiguous(memory_format=layout).requires_grad_() for t in (x, wt)]
+            out = torch.nn.functional.conv2d(*leaves, None, stride=4, padding=p)
+            for f, g in zip(found, torch.autograd.grad(out, leaves, grad.contiguous(memory_format=layout))):
+                f.append(g.double().cpu())
+        return found
     finally:
         torch.backends.cudnn.allow_tf32 = saved
