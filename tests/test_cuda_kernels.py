@@ -315,10 +315,10 @@ def test_forward_planes_fewer_channels(c, shape, dtype, bias, channels_last):
 
 
 # The 16-bit phase-plane forward built for 4 channels (RGBA, RGB-D; outputs 48-55 wide): NCHW
-# inputs as they are, channels_last ones on an NCHW copy, odd widths (even padding) on a copy one
-# zero column wider; 96 filters hold one set of planes (the weights take 111 KB), 64 or fewer
-# two, more than 96 run in filter groups (200: three of 72). Every output written, in the
-# input's layout, within the dtype's bound of float64.
+# and channels_last inputs as they are (channels_last: a pixel pair a 16-byte copy), odd widths
+# (even padding) on an NCHW copy one zero column wider; 96 filters hold one set of planes (the
+# weights take 111 KB), 64 or fewer two, more than 96 run in filter groups (200: three of 72).
+# Every output written, in the input's layout, within the dtype's bound of float64.
 @pytest.mark.parametrize("shape", [(16, 4, 96, 224, 224, 2), (16, 4, 64, 227, 226, 0), (16, 4, 40, 225, 223, 2),
                                    (16, 4, 200, 224, 224, 2)], ids=str)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -329,9 +329,25 @@ def test_forward_planes_four_channels(shape, dtype, bias, channels_last):
     if wgmma_kernels_run():
         kind = "bf16" if dtype == torch.bfloat16 else "fp16"
         k, w = shape[2], shape[4]
-        copied = "widen+" if w % 2 else "nchw+" if channels_last else ""
+        copied = "widen+" if w % 2 else ""
         groups = "_split_g96" if k > 96 else f"_c{64 if k <= 64 else 96}"
         assert guesses(names)["forward"] == f"{copied}fwd_planes_{kind}_4ch{groups}", names
+
+
+# A channels_last input of 4 channels off a 16-byte boundary (8 bytes on) cannot be copied to the
+# planes 16 bytes at a time: it runs on an NCHW copy.
+def test_forward_planes_four_channels_unaligned_channels_last():
+    n, c, k, h, w, p = 16, 4, 64, 224, 224, 2
+    x, wt, b = make_inputs(n, c, k, h, w, dtype=torch.bfloat16, device="cuda")
+    buf = torch.empty(x.numel() + 4, dtype=x.dtype, device="cuda")
+    x = buf[4:].view(n, h, w, c).permute(0, 3, 1, 2).copy_(x)
+    assert x.is_contiguous(memory_format=torch.channels_last) and x.data_ptr() % 16 == 8
+    ref = reference(x, wt, b, p)
+    out = alexop.conv11s4(x, wt, b, p)
+    assert torch.isfinite(out).all() and rel_l2(out, ref) <= REL_L2[torch.bfloat16]
+    assert_layout_like(out, ref)
+    if wgmma_kernels_run():
+        assert guesses(alexop.kernel_for(x, wt, p))["forward"] == "nchw+fwd_planes_bf16_4ch_c64"
 
 
 # More than 96 filters on the phase planes (outputs 48-55 wide): one launch a filter group of

@@ -21,10 +21,11 @@
 //  - 16-bit: plane (b, c), b = 0, 1, holds the rows 4i + 2b and 4i + 2b + 1;
 //    a unit is the 4 columns of the first row, then the same of the second.
 //  - channels_last (16-bit; TF32 with 8-byte copies): the planes hold unit
-//    types of a row's 12 values (3 channels x 4 columns) in place of
-//    channels, so that every copy is a piece of contiguous input, as in
-//    NCHW; the prep kernel maps the weights' taps to match (Layout). TF32
-//    copies a row phase's three unit types together (load_unit_triples).
+//    types of a row's 12 values (3 channels x 4 columns; 4 channels: 16
+//    values, two whole units) in place of channels, so that every copy is a
+//    piece of contiguous input, as in NCHW; the prep kernel maps the
+//    weights' taps to match (Layout). TF32 copies a row phase's three unit
+//    types together (load_unit_triples).
 // Output pixel (p, q) is flat pixel f = 57p + q (q = 55, 56 are computed and
 // dropped). Its A row for a k group (a unit's worth of (c, r, s)) lies in
 // plane row p + R, unit q + j: the group's origin plus 16 f bytes. A k step
@@ -109,8 +110,11 @@ static_assert(kMT + kQf - 1 <= (kRows - 2) * kQf, "a tile's pixels span rows 0 .
 // are 12 values (value v: column v / 3, channel v % 3), which the copies
 // take as six 4-byte pieces, and plane j = 3b + f holds unit type f of the
 // rows 4i + 2b and 4i + 2b + 1: f = 0 the first row's values 0-7, f = 1
-// its values 8-11 and the second row's 0-3, f = 2 the second row's 4-11
-// (3 channel slots only).
+// its values 8-11 and the second row's 0-3, f = 2 the second row's 4-11.
+// Of 4 channels a row's 4 columns are 32 bytes, two whole units, which the
+// copies take as one 16-byte piece each: plane j = 4b + f holds the
+// columns 2 (f % 2) and + 1 (value e: column e / 4, channel e % 4) of row
+// 4i + 2b + f / 2.
 template <typename T, int CH = kC>
 struct Layout {
   static constexpr int kPlanes = 2 * CH;
@@ -134,11 +138,18 @@ struct Layout {
   __host__ __device__ static constexpr int nhwc_row(int f, int e) { return f == 0 ? 0 : f == 2 ? 1 : e / 4; }
   __host__ __device__ static constexpr int nhwc_val(int f, int e) { return f == 0 ? e : f == 2 ? 4 + e : (e + 8) % 12; }
   __host__ __device__ static constexpr void nhwc_tap(int g, int e, int& c, int& r, int& s) {
-    static_assert(CH == kC, "channels_last unit types: 3 channels");
-    const int f = plane(g) % kC, v = nhwc_val(f, e);
-    c = v % kC;
-    r = 4 * row(g) + 2 * (plane(g) / kC) + nhwc_row(f, e);
-    s = 4 * (g % 3) + v / kC;
+    static_assert(CH == kC || CH == 4, "channels_last unit types: 3 or 4 channels");
+    const int f = plane(g) % CH;
+    if constexpr (CH == 4) {
+      c = e % 4;
+      r = 4 * row(g) + 2 * (plane(g) / CH) + f / 2;
+      s = 4 * (g % 3) + 2 * (f % 2) + e / 4;
+    } else {
+      const int v = nhwc_val(f, e);
+      c = v % kC;
+      r = 4 * row(g) + 2 * (plane(g) / kC) + nhwc_row(f, e);
+      s = 4 * (g % 3) + v / kC;
+    }
   }
 };
 
@@ -200,7 +211,8 @@ constexpr bool taps_once() {
 }
 static_assert(taps_once<float, false>() && taps_once<float, true>(), "TF32 k slots");
 static_assert(taps_once<__nv_bfloat16, false>() && taps_once<__nv_bfloat16, true>(), "16-bit k slots");
-static_assert(taps_once<__nv_bfloat16, false, 4>(), "16-bit k slots of 4 channels");
+static_assert(taps_once<__nv_bfloat16, false, 4>() && taps_once<__nv_bfloat16, true, 4>(),
+              "16-bit k slots of 4 channels");
 
 template <typename T>
 constexpr int kThreads = 128 * (kConsumers + 1 + Layout<T>::kStaged);
@@ -339,7 +351,9 @@ __device__ __forceinline__ void copy_pieces(uint32_t base, const char* from, con
         f = ok ? f : img;
         nb = ok ? nb : 0;
       }
-      if constexpr (kB == 8) {
+      if constexpr (kB == 16) {
+        cp_async16n(base + kStride * v, f, nb);
+      } else if constexpr (kB == 8) {
         cp_async8n(base + kStride * v, f, nb);
       } else {
         cp_async4n(base + kStride * v, f, nb);
@@ -407,7 +421,7 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
   using L = Layout<T, CH>;
   constexpr bool k16 = !std::is_same_v<T, float>;
   constexpr int kPer = 16 / kB, kPieces = kChunks * kPer, kN = (kPieces + kLoaders - 1) / kLoaders;
-  static_assert(!k16 || kB == 4, "16-bit: 4-byte pieces");
+  static_assert(!k16 || kB == (kNhwc && CH == 4 ? 16 : 4), "16-bit: 4-byte pieces; 4 channels_last channels 16");
   static_assert(k16 || !kNhwc, "TF32 channels_last by unit types: load_unit_triples");
   static_assert(kLoaders % kPer == 0 && kPitch == 16 * kQf, "a thread's pieces lie 16 kLoaders / kPer bytes apart");
   // Piece t + kLoaders v is part k = t % kPer of unit t / kPer + (kLoaders /
@@ -417,9 +431,10 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
   // copy (0 for padding columns; x and W even for 8-byte and 16-bit pieces,
   // so both values are in or out). channels_last by unit types (kNhwc):
   // where part k lies (16-bit: the row of the pair; the first of its values
-  // among the row's 12) depends on the plane's unit type, so the offsets
-  // are the unit's columns' and each plane adds its part's; bits v of lo /
-  // hi: columns 0, 1 / 2, 3 in the image (values 0-5 / 6-11).
+  // among the row's 12; of 4 channels a unit type's whole piece) depends on
+  // the plane's unit type, so the offsets are the unit's columns' and each
+  // plane adds its part's; bits v of lo / hi: columns 0, 1 / 2, 3 in the
+  // image (values 0-5 / 6-11).
   const int k = t % kPer, dst0 = 16 * (t / kPer) + kB * k;
   int ry[kN], src[kN], nb[kN];
   uint32_t lo = 0, hi = 0;
@@ -460,9 +475,14 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
       // opaque to the compiler, which would otherwise fold the plane's offset
       // into every piece's address (four instructions a piece instead of two)
       const char* from;
-      if constexpr (kNhwc) {
+      if constexpr (kNhwc && CH == 4) {
+        // unit type f: row f / 2 of the pair, columns 2 (f % 2) and + 1
+        const int f = j % CH;
+        y1 += f / 2;
+        cols = f % 2 ? hi : lo;
+        from = opaque(reinterpret_cast<const char*>(img + y1 * p.sY + 2 * (f % 2) * p.sX));
+      } else if constexpr (kNhwc) {
         // the part's row of the pair and its first value of the row's 12
-        static_assert(CH == kC, "channels_last unit types: 3 channels");
         const int f = j % kC, row = f == 0 ? 0 : f == 2 ? 1 : k >> 1;
         const int val = 2 * (f == 0 ? k : f == 2 ? 2 + k : (k + 4) % 6);
         y1 += row;
@@ -739,13 +759,11 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
         load_planes<T, 4, false, CH, S::kBufs>(p, s_a, s_empty, s_full, t);
       }
     } else {
-      if constexpr (CH == kC) {
-        if (p.units) {
-          load_planes<T, 4, true, CH, S::kBufs>(p, s_a, s_empty, s_full, t);
-          return;
-        }
+      if (p.units) {
+        load_planes<T, CH == 4 ? 16 : 4, true, CH, S::kBufs>(p, s_a, s_empty, s_full, t);
+      } else {
+        load_planes<T, 4, false, CH, S::kBufs>(p, s_a, s_empty, s_full, t);
       }
-      load_planes<T, 4, false, CH, S::kBufs>(p, s_a, s_empty, s_full, t);
     }
   } else if constexpr (SLICE) {
     consumers<T, NT8, CH, true>(filter_group<T, NT8, CH>(p), smem, stage, sbias, tid);
@@ -769,12 +787,12 @@ void launch(const Problem& pr, const Args& a) {
   set_sizes(p, pr);
   p.C = (int)pr.C;
   TORCH_INTERNAL_ASSERT(p.C == CH || (p.C >= 1 && p.C < CH && CH == kC && !pr.nhwc), "forward planes: channels");
-  TORCH_INTERNAL_ASSERT(CH == kC || !pr.nhwc, "forward planes: channels_last of 3 channels only");
+  TORCH_INTERNAL_ASSERT(CH == kC || !pr.nhwc || pr.input_align >= 16, "forward planes: 16-byte pieces of 4 channels");
   const int hw = p.H * p.W;
   p.sN = a.input.stride(0);  // a channel slice's images are C channels apart
   p.sC = pr.nhwc ? 1 : hw;
-  p.sY = pr.nhwc ? kC * p.W : p.W;
-  p.sX = pr.nhwc ? kC : 1;
+  p.sY = pr.nhwc ? CH * p.W : p.W;
+  p.sX = pr.nhwc ? CH : 1;
   p.vec8 = p.pad % 2 == 0 && p.W % 2 == 0 && pr.input_align >= 8;
   p.units = pr.nhwc && (!std::is_same_v<T, float> || p.vec8);
   p.tiles_per_img = (p.P * kQf + kMT - 1) / kMT;
@@ -789,7 +807,7 @@ void launch(const Problem& pr, const Args& a) {
   auto stream = c10::cuda::getCurrentCUDAStream();
   const at::Tensor wbuf = scratch(a.input, groups * S::kB);
   constexpr int kPrepThreads = L::kSteps * 2 * NT * L::kElems;
-  auto* prep = p.units ? prep_weights_planes_kernel<T, NT, CH == kC, CH> : prep_weights_planes_kernel<T, NT, false, CH>;
+  auto* prep = p.units ? prep_weights_planes_kernel<T, NT, true, CH> : prep_weights_planes_kernel<T, NT, false, CH>;
   for (int g = 0; g < groups; ++g) {
     const int64_t k0 = g * width;
     prep<<<(kPrepThreads + 255) / 256, 256, 0, stream>>>(

@@ -6,8 +6,8 @@
 //  1. empty output                                  -> none
 //  2. float64                                       -> generic   [the reference; no tensor-core kernel]
 //  3. wgmma, 16-bit, 4 channels, planes4            -> planes 16-bit built for 4 channels ("_4ch"), the same
-//                                                      groups, on an NCHW copy of a channels_last or odd-width
-//                                                      input [no gather]
+//                                                      groups, channels_last in place, an odd width on a
+//                                                      widened NCHW copy [no gather]
 //  4. wgmma, chunks_shape: 4 to 16 channels (float32: 1 to 16 but 3; 16-bit 1 and 2 where few16_chunks_pay),
 //     TF32, 16-bit or fp32-accurate (3xFP16: up to 5 channels, more than one small image), nhwc_copy_pays,
 //     tf32_groups_pay
@@ -261,14 +261,15 @@ Choice cudnn(const Problem& p) {
 // 16-bit inputs of 4 channels (RGBA, RGB-D) run the phase planes built for
 // 4 (K = 576; 96 filters with one set of planes: the weights take 111 KB)
 // where the 3-channel ones would run: the chunk kernel's A gather kept its
-// tensor cores behind. A channels_last input, which the planes of 4 read
-// as NCHW only, and an odd width (one zero column more, as
-// planes_widen_pays) run on an NCHW copy, as the chunk kernel's would.
+// tensor cores behind. A channels_last input is read in place, a pixel
+// pair a 16-byte copy, where those are aligned; an odd width (one zero
+// column more, as planes_widen_pays) and a channels_last input off a
+// 16-byte boundary run on an NCHW copy.
 Choice planes4(const Problem& p) {
   Choice c = make(Kernel::kPlanes, p, k16, planes_nt8(p.K));
   c.input_channels = 4;
   c.widened = p.W % 2 != 0;
-  c.nchw_copy = p.nhwc && !c.widened;
+  c.nchw_copy = p.nhwc && !c.widened && p.input_align < 16;
   const Problem q = kernel_input_problem(c, p);
   const bool ok = p.dtype != ScalarType::Float && p.dev.sm90a && p.C == 4 && tc_limits(p) && planes_shape(q) &&
                   planes16_aligned(q) && planes_fit(q, c.nt8);
