@@ -34,9 +34,9 @@
 // (s = 11 zero-weighted) and an all-zero one, 50 k8 steps, K = 400. 16-bit:
 // the 3 x 3 blocks of 4 x 4 pixels of the space-to-depth view as 54 groups
 // (r, s = 11 zero-weighted), 27 k16 steps, K = 432. The 16-bit kernels are
-// also built for 4 channel slots (CH = 4, NCHW: RGBA, RGB-D): 8 planes, 72
-// groups, 36 k16 steps, K = 576, where the chunk kernel's A gather was the
-// alternative.
+// also built for 4 channel slots (CH = 4: RGBA, RGB-D, NCHW or
+// channels_last): 8 planes, 72 groups, 36 k16 steps, K = 576, where the
+// chunk kernel's A gather was the alternative.
 //
 // Tiles of 192 consecutive flat pixels of one image, three consumer
 // warpgroups of m64 x all channels; their rows need 7 rows of each plane
