@@ -18,6 +18,11 @@
 
 namespace alexop::cuda {
 
+// A channels_last output's staged row (stage_rows kPixels): one pixel's 8
+// nt8 channels and 8 more, an odd number of 16-byte units (stmatrix and the
+// 16-byte read-back free of bank conflicts).
+__host__ __device__ constexpr int staged_pixel_row(int nt8) { return 8 * nt8 + 8; }
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // wgmma with A from registers, B by descriptor, D += A * B (scale-d = 1).
 // The (width, type) forms differ only in the instruction name and the
@@ -287,26 +292,34 @@ __device__ __forceinline__ uint64_t gmma_desc_plus(uint64_t desc, uint32_t bytes
   return (desc & ~0xFFFFFFFFull) | (uint32_t)((uint32_t)desc + (bytes >> 4));
 }
 
-// stmatrix: four 8 x 8 b16 matrices, transposed, to shared memory (lane l
-// gives the address of row l & 7 of matrix l >> 3).
+// stmatrix: four 8 x 8 b16 matrices, transposed or as they are, to shared
+// memory (lane l gives the address of row l & 7 of matrix l >> 3).
 __device__ __forceinline__ void stmatrix_x4_trans(uint32_t saddr, uint32_t r0, uint32_t r1, uint32_t r2,
                                                   uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(saddr),
                "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                : "memory");
 }
+__device__ __forceinline__ void stmatrix_x4(uint32_t saddr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(saddr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
 
 // The MMA warps' half of a staged 16-bit epilogue (the forwards' store
 // warpgroups): this warp's 16 rows of an m64 x 8 NT8 accumulator (pixels
 // px..px+15 of the tile), bias added and rounded, to the staging rows as
-// [channel][pixel], ls elements apart.
-template <typename T, int NT8>
+// [channel][pixel], ls elements apart, or (kPixels) as [pixel][channel],
+// a channels_last output's order (store_staged_pixels).
+template <typename T, int NT8, bool kPixels = false>
 __device__ __forceinline__ void stage_rows(const float* acc, const float* sbias, unsigned char* stage, int ls,
                                            int px, int lane) {
   const int t = lane & 3, mi = lane >> 3, r = lane & 7;
-  // this lane's row address: block mi of an x4 = (n8 tile 2jq + mi / 2, rows 8 (mi & 1) + 0..7)
-  const uint32_t sa =
-      smem_u32(reinterpret_cast<uint16_t*>(stage) + (size_t)(8 * (mi >> 1) + r) * ls + px + 8 * (mi & 1));
+  // this lane's row address: block mi of an x4 = (n8 tile 2jq + mi / 2, pixels 8 (mi & 1) + 0..7), the
+  // same registers either way
+  const int row = kPixels ? px + 8 * (mi & 1) + r : 8 * (mi >> 1) + r;
+  const int col = kPixels ? 8 * (mi >> 1) : px + 8 * (mi & 1);
+  const uint32_t sa = smem_u32(reinterpret_cast<uint16_t*>(stage) + (size_t)row * ls + col);
 #pragma unroll
   for (int jq = 0; jq < NT8 / 2; ++jq) {
     uint32_t rr[4];
@@ -317,52 +330,53 @@ __device__ __forceinline__ void stage_rows(const float* acc, const float* sbias,
       rr[2 * h] = pack2(from_f<T>(acc[j * 4] + bv.x), from_f<T>(acc[j * 4 + 1] + bv.y));
       rr[2 * h + 1] = pack2(from_f<T>(acc[j * 4 + 2] + bv.x), from_f<T>(acc[j * 4 + 3] + bv.y));
     }
-    stmatrix_x4_trans(sa + jq * 16 * ls * 2, rr[0], rr[1], rr[2], rr[3]);
+    if constexpr (kPixels)
+      stmatrix_x4(sa + jq * 32, rr[0], rr[1], rr[2], rr[3]);
+    else
+      stmatrix_x4_trans(sa + jq * 16 * ls * 2, rr[0], rr[1], rr[2], rr[3]);
   }
 }
 
-// ldmatrix .trans: four 8 x 8 b16 matrices; lane l gives the address of row
-// l & 7 of matrix l >> 3 and receives (rows 2 (l & 3) and + 1, column l / 4)
-// of each, packed low to high.
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t saddr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(saddr));
+// The widest piece (8, 4, 2 or 1 elements) of a pixel's channels that a
+// channels_last store may write whole: nch channels a pixel, pixels stride
+// elements apart, the first pixel's channels at y0.
+__device__ __forceinline__ int pixel_piece(int nch, int64_t stride, const uint16_t* y0) {
+  const uint64_t bits = (uint64_t)(nch | stride) * 2 | reinterpret_cast<uintptr_t>(y0);
+  return bits % 16 == 0 ? 8 : bits % 8 == 0 ? 4 : bits % 4 == 0 ? 2 : 1;
+}
+
+// store_staged_pixels for pieces of E elements.
+template <int E, typename PixelOffset>
+__device__ __forceinline__ void store_pixel_pieces(const uint16_t* st, int ls, int nch, int npix, uint16_t* y,
+                                                   PixelOffset pix, int t, int nthreads) {
+  using V = std::conditional_t<E == 8, uint4,
+                               std::conditional_t<E == 4, uint2, std::conditional_t<E == 2, uint32_t, uint16_t>>>;
+  const int per = nch / E, total = npix * per;
+  for (int k = t; k < total; k += nthreads) {
+    const int i = k / per, c = E * (k - i * per);
+    const int64_t o = pix(i);
+    if (o >= 0) *reinterpret_cast<V*>(y + o + c) = *reinterpret_cast<const V*>(st + i * ls + c);
+  }
 }
 
 // The store warps' half of a staged 16-bit epilogue for a channels_last
-// output. The staged rows st[c * ls + i] (channel c < nch, tile pixel i <
-// npix; ls a multiple of 8, the rows 16-byte aligned, at least 32 *
-// ceil(nch / 32) of them) are read in blocks of 32 channels x 8 pixels,
-// transposed by ldmatrix, so a lane holds channels 2 (l & 3) and + 1 of one
-// pixel for each 8-channel matrix: one 4-byte store each (two 2-byte ones
-// where K is odd and a pair would straddle pixels). pix(i): the element
-// offset in y of tile pixel i's first channel, or -1 where the tile has no
-// such pixel. This warp takes blocks worker, worker + nworkers, ...
+// output from [pixel][channel] rows (stage_rows kPixels: st[i * ls + c],
+// tile pixel i < npix, channel c < nch, the rows 16-byte aligned): a
+// pixel's channels are contiguous in y as in the rows, so consecutive
+// threads copy consecutive pieces of a pixel's channels, then the next
+// pixel's, and a warp writes whole sectors (ldmatrix transposes of
+// [channel][pixel] rows left 4-byte stores, each sector half written).
+// pix(i): the element offset in y of tile pixel i's first channel, or -1
+// where the tile has no such pixel; piece: pixel_piece's. This thread is t
+// of nthreads.
 template <typename PixelOffset>
-__device__ __forceinline__ void store_staged_nhwc(const uint16_t* st, int ls, int nch, int npix, uint16_t* y,
-                                                  int K, PixelOffset pix, int worker, int nworkers, int lane) {
-  const int nblk = (nch + 31) >> 5, nblocks = nblk * ((npix + 7) >> 3);
-  const int m = lane >> 3, r = lane & 7;
-  for (int b = worker; b < nblocks; b += nworkers) {
-    const int pg = b / nblk, cb = b - pg * nblk;
-    uint32_t v[4];
-    ldsm_x4_trans(smem_u32(st + (size_t)(32 * cb + 8 * m + r) * ls + 8 * pg), v);
-    const int i = 8 * pg + (lane >> 2);
-    const int64_t o = i < npix ? pix(i) : -1;
-    if (o < 0) continue;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int c = 32 * cb + 8 * q + 2 * (lane & 3);
-      if (c >= nch) break;
-      uint16_t* dst = y + o + c;
-      if ((K & 1) == 0) {
-        *reinterpret_cast<uint32_t*>(dst) = v[q];
-      } else {
-        dst[0] = (uint16_t)(v[q] & 0xFFFFu);
-        if (c + 1 < nch) dst[1] = (uint16_t)(v[q] >> 16);
-      }
-    }
+__device__ __forceinline__ void store_staged_pixels(const uint16_t* st, int ls, int nch, int npix, uint16_t* y,
+                                                    PixelOffset pix, int piece, int t, int nthreads) {
+  switch (piece) {
+    case 8: return store_pixel_pieces<8>(st, ls, nch, npix, y, pix, t, nthreads);
+    case 4: return store_pixel_pieces<4>(st, ls, nch, npix, y, pix, t, nthreads);
+    case 2: return store_pixel_pieces<2>(st, ls, nch, npix, y, pix, t, nthreads);
+    default: return store_pixel_pieces<1>(st, ls, nch, npix, y, pix, t, nthreads);
   }
 }
 

@@ -31,6 +31,7 @@
 #include "../common/exact.cuh"
 #include "../common/precision.h"
 #include "../common/ptx.cuh"
+#include "../common/wgmma.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -62,6 +63,15 @@ constexpr int kKpadP = 400;
 constexpr int kKs2d = 432;
 constexpr int kS2G = 6;  // space-to-depth: 16-byte groups of 8 (c, a, b) values per block
 constexpr int kChunkSlots = 128;  // chunk modes: reduction slots of a channel (121 taps)
+
+// The staged epilogue's rows (gmma_shared.cuh): of an NCHW output MT + 8
+// pixels a channel (an odd number of 16-byte units: stmatrix and the
+// read-back free of bank conflicts), of a channels_last one
+// staged_pixel_row; bytes for either.
+__host__ __device__ constexpr int staged_bytes(int nt8, int mt, int elem_bytes) {
+  const int nchw = 8 * nt8 * (mt + 8), nhwc = mt * staged_pixel_row(nt8);
+  return elem_bytes * (nchw > nhwc ? nchw : nhwc);
+}
 
 // The chunk modes: channels per chunk (two in 16-bit, one in TF32 and
 // 3xFP16: a chunk's weights take the same bytes each way), and chunks of C
@@ -95,7 +105,9 @@ struct Params {
   // keeps the input's own layout, only the gather tables differ
   int cstr, rstr, sstr;
   // staged 16-bit wgmma epilogue: byte offset of the staging rows in shared
-  // memory and their stride in elements
+  // memory and their stride in elements ([channel][pixel] rows; a
+  // channels_last output's [pixel][channel] rows are staged_pixel_row(NT8)
+  // apart)
   int stage, ls;
   // k16S2d / k16S2dNhwc: bytes of one plane (8 of each block's 48 values) of the
   // space-to-depth patch (PW is its row length in blocks, CS the bytes of

@@ -19,7 +19,9 @@
 // itself. The elements outside whole chunks (at most 7 at each end of a run)
 // take one 2-byte store per lane. The stores share the LSU/MIO pipe with the
 // MMA warps' ldmatrix and stmatrix, and that contention, not store
-// bandwidth, is what they cost: hence few instructions per run.
+// bandwidth, is what they cost: hence few instructions per run. A
+// channels_last output is staged as [pixel][channel] rows instead (stmatrix
+// without .trans), whose 16-byte pieces are the output's (stage_tile).
 
 #include "gather.cuh"
 
@@ -389,12 +391,24 @@ __device__ __forceinline__ void store_staged_rows(const uint16_t* st, int ls, in
   }
 }
 
+// The MMA warps' half: a warp's 16 pixels of the tile to the staging rows,
+// [channel][pixel], or [pixel][channel] for a channels_last output, whose
+// store warps then write whole sectors of each pixel's channels.
+template <typename T, int NT8>
+__device__ __forceinline__ void stage_tile(const Params& p, const float* acc, const float* sbias, unsigned char* smem,
+                                           int px, int lane) {
+  if (p.ysc == 1)
+    stage_rows<T, NT8, true>(acc, sbias, smem + p.stage, staged_pixel_row(NT8), px, lane);
+  else
+    stage_rows<T, NT8>(acc, sbias, smem + p.stage, p.ls, px, lane);
+}
+
 // The store warps' loop (tiles of whole rows: staged kernels take no column
 // blocks): for each of this CTA's tiles, wait until its rows are staged
 // (barrier 1), write them out (NCHW runs, or channels_last pixels), release
 // the rows (barrier 2).
 // NALL: every thread of the CTA takes part in both barriers.
-template <int NALL>
+template <int NALL, int NT8>
 __device__ __forceinline__ void store_warps(const Params& p, const unsigned char* smem, int kg0, int nch,
                                             int worker, int nworkers, int lane) {
   const uint16_t* st = reinterpret_cast<const uint16_t*>(smem + p.stage);
@@ -406,8 +420,9 @@ __device__ __forceinline__ void store_warps(const Params& p, const unsigned char
     asm volatile("bar.sync 1, %0;\n" ::"n"(NALL) : "memory");  // this tile's rows are staged
     if (p.ysc == 1) {  // channels_last: pixel m's channels kg0 + c at y[(n PQ + m) K + kg0 + c]
       const int64_t o0 = ((int64_t)tg.n * p.PQ + tg.m0) * p.K + kg0;
-      store_staged_nhwc(st, p.ls, nch, tg.mend - tg.m0, yb, p.K, [&](int i) { return o0 + (int64_t)i * p.K; },
-                        worker, nworkers, lane);
+      store_staged_pixels(
+          st, staged_pixel_row(NT8), nch, tg.mend - tg.m0, yb, [&](int i) { return o0 + (int64_t)i * p.K; },
+          pixel_piece(nch, p.K, yb + o0), 32 * worker + lane, 32 * nworkers);
     } else {
       const size_t e0 = ((size_t)tg.n * p.K + kg0) * p.PQ + tg.m0;
       store_staged_rows<4>(st, p.ls, lpc_log2, nch, tg.mend - tg.m0, yb + e0, (uint32_t)e0, p.PQ, worker,

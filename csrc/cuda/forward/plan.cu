@@ -67,10 +67,8 @@ TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
   const int pch = chunk_channels_of(c.mode);  // channels in a patch buffer
   auto need = [&](int ph, int pw, int mt) {
     const size_t patch_bytes = (size_t)c.nbuf * pch * channel_elems(ph, pw) * c.elem_bytes;
-    // staged rows of MT pixels, + 8: a stride of an odd number of 16-byte
-    // units keeps stmatrix and the 16-byte read-back free of bank conflicts;
-    // 3xFP16: two floats per warp for the patch's largest magnitude
-    return fixed + patch_bytes + (c.staged ? (size_t)c.nt8 * 8 * (mt + 8) * c.elem_bytes : 0) +
+    // the staged rows; 3xFP16: two floats per warp for the patch's largest magnitude
+    return fixed + patch_bytes + (c.staged ? (size_t)staged_bytes(c.nt8, mt, c.elem_bytes) : 0) +
            (fp16x3_of(c.mode) ? 2 * kGThreads / 32 * 4 : 0);
   };
   // Whole output rows in the largest tile that fits them; where none does,
@@ -139,8 +137,8 @@ TilePlan plan_s2d(const Problem& pr, int nt8) {
   s.MT = 256;
   const int srows = std::min(P, (Q - 1 + s.MT - 1) / Q + 1) + 2;
   const int64_t gs = (int64_t)srows * s.PW * 16;
-  s.ls = s.MT + 8;  // as in plan_gather: an odd number of 16-byte units
-  const int64_t need = WB + kMaxK * 4 + 2 * kS2G * gs + (int64_t)nt8 * 8 * s.ls * 2;
+  s.ls = s.MT + 8;  // as in plan_gather
+  const int64_t need = WB + kMaxK * 4 + 2 * kS2G * gs + staged_bytes(nt8, s.MT, 2);
   if (need > pr.dev.smem_optin) return s;  // the gather kernel takes wide images
   s.gs = (int)gs;
   s.CS = kS2G * s.gs;
@@ -152,7 +150,7 @@ TilePlan plan_s2d(const Problem& pr, int nt8) {
   const int64_t total = (int64_t)(int)pr.N * s.tiles_per_img;
   if (total > INT32_MAX) return s;
   s.total_tiles = (int)total;
-  s.smem = (size_t)s.stage + (size_t)nt8 * 8 * s.ls * 2;
+  s.smem = (size_t)s.stage + staged_bytes(nt8, s.MT, 2);
   s.grid_x = (unsigned)std::min<int64_t>(total, pr.dev.num_sms);
   s.fits = true;
   return s;

@@ -226,7 +226,7 @@ template <typename T, int NT8, int CH = kC>
 struct Smem {
   using L = Layout<T, CH>;
   static constexpr int kB = L::kSteps * 2 * NT8 * 8 * 16;
-  static constexpr int kStage = L::kStaged ? NT8 * 8 * kLs * 2 : 0;
+  static constexpr int kStage = L::kStaged ? 2 * std::max(NT8 * 8 * kLs, kMT * staged_pixel_row(NT8)) : 0;
   static constexpr int bytes(int bufs) {
     return kB + bufs * L::kPlanes * (L::kSlotBytes + 16) + kStage + NT8 * 8 * 4 + 16;
   }
@@ -509,11 +509,12 @@ __device__ __forceinline__ void load_planes(const Params<T>& p, uint32_t s_a, ui
 // The store warpgroup: a staged tile channel by channel, a warp's lanes on
 // consecutive flat pixels (a row's real pixels are contiguous in NCHW), each
 // lane 6 pixels 32 apart whose output offsets serve every channel; or, for a
-// channels_last output, pixel by pixel (store_staged_nhwc). SLICE: y is a
+// channels_last output, staged pixel by pixel, in 16-byte pieces of a
+// pixel's channels (store_staged_pixels). SLICE: y is a
 // filter group's channels of the output (filter_group: its strides in p),
 // else the whole output, whose strides follow from K: that case's code,
 // compiled apart, measured faster than the general one's (perf-history S38).
-template <typename T, bool SLICE>
+template <typename T, int NT8, bool SLICE>
 __device__ __forceinline__ void store_tiles(const Params<T>& p, const uint16_t* stage, uint32_t s_sfull,
                                             uint32_t s_sempty, int t) {
   constexpr int kPer = kMT / 32;
@@ -532,12 +533,13 @@ __device__ __forceinline__ void store_tiles(const Params<T>& p, const uint16_t* 
     mbar_wait(s_sfull, it & 1);
     if (p.ysc == 1) {  // channels_last: a pixel's channels are contiguous
       const int ks = SLICE ? p.ysm : p.K;  // the pixel stride
-      store_staged_nhwc(stage, kLs, p.K, kMT, img, ks,
-                        [&](int i) -> int64_t {
-                          const int f = f0 + i, pp = f / kQf, q = f - kQf * pp;
-                          return q < p.Q && pp < p.P ? (int64_t)(pp * p.Q + q) * ks : -1;
-                        },
-                        warp, 4, lane);
+      store_staged_pixels(
+          stage, staged_pixel_row(NT8), p.K, kMT, img,
+          [&](int i) -> int64_t {
+            const int f = f0 + i, pp = f / kQf, q = f - kQf * pp;
+            return q < p.Q && pp < p.P ? (int64_t)(pp * p.Q + q) * ks : -1;
+          },
+          pixel_piece(p.K, ks, img), t, 128);
       mbar_arrive_if(s_sempty, true);
       continue;
     }
@@ -625,7 +627,10 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
     });
     if constexpr (L::kStaged) {
       if (it > 0) mbar_wait(s_sempty, (it - 1) & 1);
-      stage_rows<T, NT8>(acc, sbias, stage, kLs, 64 * wg + 16 * warp, lane);
+      if (p.ysc == 1)
+        stage_rows<T, NT8, true>(acc, sbias, stage, staged_pixel_row(NT8), 64 * wg + 16 * warp, lane);
+      else
+        stage_rows<T, NT8>(acc, sbias, stage, kLs, 64 * wg + 16 * warp, lane);
       mbar_arrive_if(s_sfull, true);
     } else {
       // rows 16 warp + lane / 4 (+ 8) of this warpgroup's 64, channels
@@ -743,11 +748,11 @@ __global__ void __launch_bounds__(kThreads<T>, 1) conv11s4_fwd_planes_kernel(con
   __syncthreads();
   if (tid >= 128 * (kConsumers + 1)) {
     if constexpr (L::kStaged && SLICE)
-      store_tiles<T, true>(filter_group<T, NT8, CH>(p), reinterpret_cast<const uint16_t*>(stage), s_sfull, s_sempty,
-                           tid - 128 * (kConsumers + 1));
+      store_tiles<T, NT8, true>(filter_group<T, NT8, CH>(p), reinterpret_cast<const uint16_t*>(stage), s_sfull,
+                                s_sempty, tid - 128 * (kConsumers + 1));
     else if constexpr (L::kStaged)
-      store_tiles<T, false>(p, reinterpret_cast<const uint16_t*>(stage), s_sfull, s_sempty,
-                            tid - 128 * (kConsumers + 1));
+      store_tiles<T, NT8, false>(p, reinterpret_cast<const uint16_t*>(stage), s_sfull, s_sempty,
+                                 tid - 128 * (kConsumers + 1));
   } else if (tid >= 128 * kConsumers) {
     const int t = tid - 128 * kConsumers;
     if constexpr (std::is_same_v<T, float>) {

@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kGThreads + kStoreThreads, 1) conv11s4_fwd_s2d
   fence_proxy_async();  // the weights arrived by cp.async; wgmma reads them
   __syncthreads();
   if (warp >= NWARPS) {
-    store_warps<NALL>(p, smem, 0, nch, warp - NWARPS, SW, lane);
+    store_warps<NALL, NT8>(p, smem, 0, nch, warp - NWARPS, SW, lane);
     return;
   }
   const uint64_t desc0 = gmma_desc(smem_u32(smem));
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kGThreads + kStoreThreads, 1) conv11s4_fwd_s2d
 
     asm volatile("bar.sync 2, %0;\n" ::"n"(NALL) : "memory");  // the store warps are done with the rows
     const int px = wg * 64 + wq * 16;
-    if (active && px < p.MT) stage_rows<T, NT8>(acc, sbias, smem + p.stage, p.ls, px, lane);
+    if (active && px < p.MT) stage_tile<T, NT8>(p, acc, sbias, smem, px, lane);
     asm volatile("bar.arrive 1, %0;\n" ::"n"(NALL) : "memory");  // rows staged
     buf ^= 1;
   }
