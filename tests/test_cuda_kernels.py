@@ -376,6 +376,23 @@ def test_forward_planes_filter_groups(k, c, dtype, mode, bound, channels_last, b
         assert guesses(names)["forward"] == f"{copied}fwd_planes_{kind}{few}_split_g{64 if k <= 128 else 96}", names
 
 
+# A channels_last 16-bit output is staged pixel by pixel and written in pieces of a pixel's
+# channels, 16 bytes where the filter count is a multiple of 8, else 4 (90 filters) or 2 bytes
+# (odd counts): the planes (one CTA of 96 or 64 slots), space-to-depth and the staged gather
+# kernel. (8-byte pieces: 100 filters, in test_forward_planes_filter_groups.)
+@pytest.mark.parametrize("shape,kernel", [
+    ((16, 3, 90, 224, 224, 2), "fwd_planes_{}_c96"),
+    ((16, 3, 33, 224, 224, 2), "fwd_planes_{}_c64"),
+    ((96, 3, 90, 98, 130, 2), "fwd_s2d_{}_nhwc_c96"),
+    ((64, 3, 45, 227, 227, 5), "fwd_gmma_staged_{}_c64"),
+], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_forward_channels_last_filters_off_eight(shape, kernel, dtype):
+    names = _check_forward(shape, dtype, "highest", REL_L2[dtype], True, True)
+    if wgmma_kernels_run():
+        assert guesses(names)["forward"] == kernel.format("bf16" if dtype == torch.bfloat16 else "fp16"), names
+
+
 # A 16-bit input of odd width and even padding whose outputs are 48-55 wide (227 x 227 without
 # padding: Caffe's AlexNet) runs the phase planes on an NCHW copy one zero column wider, from
 # either layout and with filter groups too: the column lies in the padding or past every window.
