@@ -21,7 +21,7 @@
 // MMA warps' ldmatrix and stmatrix, and that contention, not store
 // bandwidth, is what they cost: hence few instructions per run. A
 // channels_last output is staged as [pixel][channel] rows instead (stmatrix
-// without .trans), whose 16-byte pieces are the output's (stage_tile).
+// without .trans), whose rows are the output's pixels (stage_tile).
 
 #include "gather.cuh"
 
