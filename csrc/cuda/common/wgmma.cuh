@@ -23,6 +23,15 @@ namespace alexop::cuda {
 // 16-byte read-back free of bank conflicts).
 __host__ __device__ constexpr int staged_pixel_row(int nt8) { return 8 * nt8 + 8; }
 
+// Bytes of a staged epilogue's rows for a tile of mt pixels, either layout:
+// an NCHW output's [channel][pixel] rows of mt + 8 pixels (an odd number of
+// 16-byte units, for the same reason), a channels_last one's
+// [pixel][channel] rows of staged_pixel_row.
+__host__ __device__ constexpr int staged_bytes(int nt8, int mt, int elem_bytes) {
+  const int nchw = 8 * nt8 * (mt + 8), nhwc = mt * staged_pixel_row(nt8);
+  return elem_bytes * (nchw > nhwc ? nchw : nhwc);
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // wgmma with A from registers, B by descriptor, D += A * B (scale-d = 1).
 // The (width, type) forms differ only in the instruction name and the
@@ -335,6 +344,17 @@ __device__ __forceinline__ void stage_rows(const float* acc, const float* sbias,
     else
       stmatrix_x4_trans(sa + jq * 16 * ls * 2, rr[0], rr[1], rr[2], rr[3]);
   }
+}
+
+// stage_rows in the output's order: [pixel][channel] rows for a
+// channels_last output (pixels), else [channel][pixel] rows ls apart.
+template <typename T, int NT8>
+__device__ __forceinline__ void stage_tile(bool pixels, const float* acc, const float* sbias, unsigned char* stage,
+                                           int ls, int px, int lane) {
+  if (pixels)
+    stage_rows<T, NT8, true>(acc, sbias, stage, staged_pixel_row(NT8), px, lane);
+  else
+    stage_rows<T, NT8>(acc, sbias, stage, ls, px, lane);
 }
 
 // The widest piece (8, 4, 2 or 1 elements) of a pixel's channels that a

@@ -64,15 +64,6 @@ constexpr int kKs2d = 432;
 constexpr int kS2G = 6;  // space-to-depth: 16-byte groups of 8 (c, a, b) values per block
 constexpr int kChunkSlots = 128;  // chunk modes: reduction slots of a channel (121 taps)
 
-// The staged epilogue's rows (gmma_shared.cuh): of an NCHW output MT + 8
-// pixels a channel (an odd number of 16-byte units: stmatrix and the
-// read-back free of bank conflicts), of a channels_last one
-// staged_pixel_row; bytes for either.
-__host__ __device__ constexpr int staged_bytes(int nt8, int mt, int elem_bytes) {
-  const int nchw = 8 * nt8 * (mt + 8), nhwc = mt * staged_pixel_row(nt8);
-  return elem_bytes * (nchw > nhwc ? nchw : nhwc);
-}
-
 // The chunk modes: channels per chunk (two in 16-bit, one in TF32 and
 // 3xFP16: a chunk's weights take the same bytes each way), and chunks of C
 // channels.

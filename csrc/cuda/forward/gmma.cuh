@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kGThreads / CPS + (STAGED ? kStoreThreads : 0)
       asm volatile("bar.sync 2, %0;\n" ::"n"(NALL) : "memory");  // the store warps are done with the rows
       const int px = wg * 64 + wq * 16;  // tile pixel of this warp's fragment row 0
       // (rows hold MT pixels: a tile of MT = 32 leaves warps 2, 3 out)
-      if (active && px < p.MT) stage_tile<T, NT8>(p, acc, sbias, smem, px, lane);
+      if (active && px < p.MT) stage_tile<T, NT8>(p.ysc == 1, acc, sbias, smem + p.stage, p.ls, px, lane);
       asm volatile("bar.arrive 1, %0;\n" ::"n"(NALL) : "memory");  // rows staged
       buf ^= 1;
       continue;  // the next tile's bar.sync 2 orders the store warps' reads before new rows

@@ -391,18 +391,6 @@ __device__ __forceinline__ void store_staged_rows(const uint16_t* st, int ls, in
   }
 }
 
-// The MMA warps' half: a warp's 16 pixels of the tile to the staging rows,
-// [channel][pixel], or [pixel][channel] for a channels_last output, whose
-// store warps then write whole sectors of each pixel's channels.
-template <typename T, int NT8>
-__device__ __forceinline__ void stage_tile(const Params& p, const float* acc, const float* sbias, unsigned char* smem,
-                                           int px, int lane) {
-  if (p.ysc == 1)
-    stage_rows<T, NT8, true>(acc, sbias, smem + p.stage, staged_pixel_row(NT8), px, lane);
-  else
-    stage_rows<T, NT8>(acc, sbias, smem + p.stage, p.ls, px, lane);
-}
-
 // The store warps' loop (tiles of whole rows: staged kernels take no column
 // blocks): for each of this CTA's tiles, wait until its rows are staged
 // (barrier 1), write them out (NCHW runs, or channels_last pixels), release

@@ -226,7 +226,7 @@ template <typename T, int NT8, int CH = kC>
 struct Smem {
   using L = Layout<T, CH>;
   static constexpr int kB = L::kSteps * 2 * NT8 * 8 * 16;
-  static constexpr int kStage = L::kStaged ? 2 * std::max(NT8 * 8 * kLs, kMT * staged_pixel_row(NT8)) : 0;
+  static constexpr int kStage = L::kStaged ? staged_bytes(NT8, kMT, 2) : 0;
   static constexpr int bytes(int bufs) {
     return kB + bufs * L::kPlanes * (L::kSlotBytes + 16) + kStage + NT8 * 8 * 4 + 16;
   }
@@ -627,10 +627,7 @@ __device__ __forceinline__ void consume(const Params<T>& p, uint32_t s_a, uint32
     });
     if constexpr (L::kStaged) {
       if (it > 0) mbar_wait(s_sempty, (it - 1) & 1);
-      if (p.ysc == 1)
-        stage_rows<T, NT8, true>(acc, sbias, stage, staged_pixel_row(NT8), 64 * wg + 16 * warp, lane);
-      else
-        stage_rows<T, NT8>(acc, sbias, stage, kLs, 64 * wg + 16 * warp, lane);
+      stage_tile<T, NT8>(p.ysc == 1, acc, sbias, stage, kLs, 64 * wg + 16 * warp, lane);
       mbar_arrive_if(s_sfull, true);
     } else {
       // rows 16 warp + lane / 4 (+ 8) of this warpgroup's 64, channels

@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kGThreads + kStoreThreads, 1) conv11s4_fwd_s2d
 
     asm volatile("bar.sync 2, %0;\n" ::"n"(NALL) : "memory");  // the store warps are done with the rows
     const int px = wg * 64 + wq * 16;
-    if (active && px < p.MT) stage_tile<T, NT8>(p, acc, sbias, smem, px, lane);
+    if (active && px < p.MT) stage_tile<T, NT8>(p.ysc == 1, acc, sbias, smem + p.stage, p.ls, px, lane);
     asm volatile("bar.arrive 1, %0;\n" ::"n"(NALL) : "memory");  // rows staged
     buf ^= 1;
   }
