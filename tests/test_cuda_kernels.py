@@ -32,7 +32,8 @@ def _guesses_run():
 
 # AlexNet's conv1 (96 filters) and torchvision's (64), on shapes that are and
 # are not multiples of the kernels' tiles; batches of 1-3 images take the
-# fp32 forward's channel-split path, 128 filters its split for large K.
+# fp32 forward's channel-split path and the wgmma gather kernels' 64-pixel
+# tiles (full ones would leave SMs idle), 128 filters its split for large K.
 SHAPES = [
     (16, 96, 224, 224, 2),
     (16, 64, 224, 224, 2),

@@ -37,6 +37,17 @@ Blocks blocks_of(int P, int Q, int qb, int mt) {
   return b;
 }
 
+// The wgmma kernels' first tile size tried: where full tiles leave SMs
+// idle, halves (down to one warpgroup's m64) while the CTAs still take an
+// SM each: a problem of few tiles takes about a tile's time, so twice the
+// CTAs, each with fewer of its warpgroups busy, take about half.
+int first_tile(const Problem& pr, const GatherConfig& c, int mt_full, int groups) {
+  const auto ctas = [&](int mt) { return pr.N * ((pr.P * pr.Q + mt - 1) / mt) * groups; };
+  int mt = mt_full;
+  while (c.gmma && mt > 64 && ctas(mt / 2) <= pr.dev.num_sms) mt /= 2;
+  return mt;
+}
+
 }  // namespace
 
 TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
@@ -79,7 +90,7 @@ TilePlan plan_gather(const Problem& pr, const GatherConfig& c) {
   // fp32: three short rows a patch row), so they are the last resort.
   const int mt_full = c.gmma ? 256 / c.cps : 256;
   const int lanes = 32 * (16 / c.elem_bytes);  // elements one warp-wide 16-byte copy moves
-  for (int mt = mt_full; mt >= 32 && g.MT == 0; mt /= 2) {
+  for (int mt = first_tile(pr, c, mt_full, g.groups); mt >= 32 && g.MT == 0; mt /= 2) {
     const Blocks rows = blocks_of(P, Q, Q, mt);
     if (need(rows.ph(P), rows.pw(Q, g.shift), mt) <= (size_t)max_smem) {
       g.MT = mt;
