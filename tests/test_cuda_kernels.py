@@ -175,7 +175,8 @@ def _check_forward(shape, dtype, mode, bound, bias, channels_last):
 # chunk's weights and patch while the last one multiplies. Shapes: chunks the channels fill and
 # do not (odd counts in 16-bit), channel groups (K > 96 in float32, > 128 in 16-bit), ragged K,
 # odd and no padding, a partial last tile, column blocks (1024 wide); channels_last inputs are
-# copied to NCHW first. fp32-accurate chunks need more than one small image; "high" takes the
+# copied to NCHW first. fp32-accurate chunks of 1 and 2 channels need more than one small image
+# (one of 4 channels takes them); "high" takes the
 # slices or cuDNN's TF32, 16-bit 1 and 2 channels the 3-channel kernels, and the forwards of
 # CUDNN_INSTEAD cuDNN (forward/select.cu: TF32 filter groups from 13 channels, TF32
 # channels_last copies from 9): checked all the same.
@@ -183,6 +184,7 @@ CHUNK_SHAPES = [
     (4, 1, 96, 224, 224, 2),
     (2, 2, 64, 127, 127, 5),
     (4, 4, 96, 224, 224, 2),
+    (1, 4, 96, 224, 224, 2),
     (3, 5, 64, 100, 100, 0),
     (2, 8, 40, 127, 127, 5),
     (24, 16, 192, 63, 63, 1),
@@ -205,8 +207,9 @@ def test_forward_accuracy_more_channels(shape, dtype, mode, bound, bias, channel
         chunked = c > 3
     elif mode == "medium":
         chunked = (shape, channels_last) not in CUDNN_INSTEAD
-    else:  # fp32-accurate chunks up to 5 channels (their accumulation error grows with them)
-        chunked = mode == "highest" and not one_small_image and c <= 5
+    else:  # fp32-accurate chunks up to 5 channels (their accumulation error grows with them),
+        # for one small image from 4 (cuDNN's full-fp32 kernels are as quick at 1 and 2)
+        chunked = mode == "highest" and c <= 5 and (c > 3 or not one_small_image)
     copied = channels_last and c > 1  # one channel in channels_last is NCHW as well
     if wgmma_kernels_run() and chunked:
         assert names["forward"].startswith(("nchw+" if copied else "") + "fwd_gmma_chunks_"), names

@@ -624,8 +624,9 @@ TIMED_INPUT_GRAD_NAMES = [
 
 
 # The forward's timed choices by name: every tensor-core guess is timed against cuDNN, the guess
-# first; one name where cuDNN is the guess (17 channels; 8 channels of 192 filters on an A100),
-# for float64 (the reference kernel) and for an empty batch.
+# first; one name where cuDNN is the guess (17 channels; 8 channels of 192 filters on an A100; one
+# small image of 1 or 2 channels fp32-accurate, where cuDNN's kernels are as quick as the chunks,
+# which from 4 channels beat them), for float64 (the reference kernel) and for an empty batch.
 TIMED_FORWARD_NAMES = [
     (("h100", 256, 3, 96, 224, torch.bfloat16, "highest", False), "fwd_planes_bf16_c96|fwd_cudnn"),
     (("a100", 256, 3, 96, 224, torch.float32, "highest", False), "fwd_mma_3xtf32_split_g48|fwd_cudnn"),
@@ -633,6 +634,10 @@ TIMED_FORWARD_NAMES = [
     (("h100", 1, 8, 192, 224, torch.bfloat16, "highest", True), "nchw+fwd_gmma_chunks_bf16_split_g128|fwd_cudnn"),
     (("a100", 1, 8, 192, 224, torch.bfloat16, "highest", True), "fwd_cudnn"),
     (("h100", 3, 17, 32, 71, torch.float32, "highest", False), "fwd_cudnn"),
+    (("h100", 1, 4, 96, 224, torch.float32, "highest", True), "nchw+fwd_gmma_chunks_3xfp16_c96|fwd_cudnn"),
+    (("h100", 1, 5, 64, 127, torch.float32, "highest", False), "fwd_gmma_chunks_3xfp16_c64|fwd_cudnn"),
+    (("h100", 1, 1, 96, 224, torch.float32, "highest", False), "fwd_cudnn"),
+    (("h100", 1, 2, 64, 127, torch.float32, "highest", True), "fwd_cudnn"),
     (("h100", 2, 3, 96, 64, torch.float64, "highest", False), "fwd_generic"),
     (("h100", 0, 3, 96, 64, torch.float32, "highest", False), "none"),
 ]

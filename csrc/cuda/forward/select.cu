@@ -9,7 +9,7 @@
 //                                                      groups, channels_last in place, an odd width on a
 //                                                      widened NCHW copy [no gather]
 //  4. wgmma, chunks_shape: 4 to 16 channels (float32: 1 to 16 but 3; 16-bit 1 and 2 where few16_chunks_pay),
-//     TF32, 16-bit or fp32-accurate (3xFP16: up to 5 channels, more than one small image), nhwc_copy_pays,
+//     TF32, 16-bit or fp32-accurate (3xFP16: up to 5 channels; one small image from 4), nhwc_copy_pays,
 //     tf32_groups_pay
 //                                                   -> gmma chunks, groups of 64 | 96 (| 128 16-bit), channels_last
 //                                                      inputs copied to NCHW [one launch over every channel]
@@ -130,13 +130,16 @@ bool planes_few(const Problem& p) {
 
 // The chunk kernel: sm_90a, 4 to kMaxSlicedChannels channels, TF32 or
 // 16-bit, or fp32-accurate ("highest": 3xFP16) up to kMaxFp16x3ChunkChannels
-// and not for one small image, where cuDNN's full-fp32 kernels are quick.
+// (one small image only from 4 channels on: there the chunks on small tiles,
+// plan.cu, beat cuDNN's quick full-fp32 kernels; at 1 and 2 channels
+// cuDNN's are as quick, docs/perf-history.md S58).
 // Also 1 and 2 channels, whose chunks reduce over 128 or 256 slots where the
 // 3-channel kernels on a zero-padded copy reduce over 368: in float32 always,
 // in 16-bit where few16_chunks_pay.
 bool chunks_shape(const Problem& p) {
   const bool f32 = p.dtype == ScalarType::Float;
-  const bool accurate_ok = p.math == Fp32Math::kAccurate && p.C <= kMaxFp16x3ChunkChannels && !one_small_image(p);
+  const bool accurate_ok = p.math == Fp32Math::kAccurate && p.C <= kMaxFp16x3ChunkChannels &&
+                           (p.C > kC || !one_small_image(p));
   return p.dev.sm90a && p.C != kC && p.C <= kMaxSlicedChannels && tc_limits(p) &&
          (p.C > kC || f32 || few16_chunks_pay(p)) && (!f32 || p.math == Fp32Math::kTf32 || accurate_ok);
 }
