@@ -36,8 +36,9 @@ struct TilePlan {
 
 // The gather kernels: the largest tile (MT pixels, from 256 down to 32; the
 // wgmma kernels from less where full tiles leave SMs idle) of whole output
-// rows whose patch fits the shared memory beside the resident weights; where none does, full tiles of column blocks (not the staged
-// kernels, whose store warps write whole rows).
+// rows whose patch fits the shared memory beside the resident weights;
+// where none does, full tiles of column blocks (not the staged kernels,
+// whose store warps write whole rows).
 TilePlan plan_gather(const Problem& p, const GatherConfig& c);
 
 // The space-to-depth kernel (256-pixel tiles, two patch buffers): no fit
