@@ -585,7 +585,8 @@ def test_named_gpu_agrees_with_this_gpu(gpu, shape, dtype, mode, channels_last):
 
 # The weight gradient's two timed choices by name: at 1-16 channels both, the guess first, on
 # every GPU with alexop's kernels; one name where nothing is timed (17 channels, float64) or
-# where alexop has no kernel for the problem (one small image of 16 filters).
+# where cuDNN alone runs: float images of at most 256 output pixels, but in TF32 those of 3
+# channels and 64 or 96 filters on wgmma (their kernel beats cuDNN's implicit GEMM there).
 # (gpu, N, C_in, C_out, side, dtype, precision, channels_last) -> name.
 TIMED_WEIGHT_GRAD_NAMES = [
     (("h100", 16, 8, 64, 126, torch.bfloat16, "highest", True), "slice3x3+wgrad_gmma_bf16_c64_dynhwc|wgrad_cudnn"),
@@ -603,6 +604,12 @@ TIMED_WEIGHT_GRAD_NAMES = [
     (("h100", 8, 17, 96, 224, torch.bfloat16, "highest", False), "wgrad_cudnn"),
     (("h100", 8, 3, 96, 224, torch.float64, "highest", False), "wgrad_generic"),
     (("h100", 1, 3, 16, 63, torch.float32, "highest", False), "wgrad_cudnn"),
+    (("h100", 64, 3, 96, 63, torch.float32, "highest", False), "wgrad_cudnn"),
+    (("h100", 64, 3, 96, 63, torch.float32, "medium", False), "wgrad_gmma_tf32_c96|wgrad_cudnn"),
+    (("h200", 8, 3, 64, 63, torch.float32, "high", True), "wgrad_gmma_tf32_c64_dynhwc|wgrad_cudnn"),
+    (("h100", 8, 1, 64, 63, torch.float32, "medium", False), "wgrad_cudnn"),
+    (("h100", 64, 3, 200, 63, torch.float32, "medium", False), "wgrad_cudnn"),
+    (("a100", 64, 3, 96, 63, torch.float32, "medium", False), "wgrad_cudnn"),
 ]
 
 

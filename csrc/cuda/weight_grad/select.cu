@@ -8,7 +8,7 @@
 //  4. other than 3 channels                 -> slices of 3 (input_slices_pay) + the rest for 3, else cudnn
 //     (on planes the last slice takes its own 1 or 2 channels, not zero-padded to 3)
 //  5. !tc_shape                             -> cudnn    [outside the kernels' limits]
-//  6. small_images                          -> cudnn    [too few output pixels to fill the split-K slices]
+//  6. small_images (not TF32 3->64|96 wgmma) -> cudnn  [3xFP16 loses to cuDNN's fp32 there]
 //  7. 16-bit input still channels_last      -> cudnn    [no 16-bit kernel reads channels_last rows well]
 // float32 (3xFP16 / 3xTF32 for "highest"; "high" and "medium" take TF32):
 //  8. wgmma, grad_output 16-byte aligned    -> gmma 3xFP16 | TF32  [dy staged by 16-byte copies; a channels_last
@@ -51,10 +51,6 @@ bool tc_limits(const Problem& p) {
 }
 bool tc_shape(const Problem& p) { return p.C == kC && tc_limits(p); }
 
-// A float32 problem of at most 256 output pixels an image leaves the
-// kernels' split-K slices short: cuDNN is as fast or faster there.
-bool small_images(const Problem& p) { return p.dtype == ScalarType::Float && p.P * p.Q <= 256; }
-
 // The phase-plane kernel serves outputs 48 to 55 wide (AlexNet's), K <= 96.
 bool planes_shape(const Problem& p) { return p.K <= 96 && p.Q >= 48 && p.Q <= 55; }
 
@@ -90,6 +86,18 @@ bool vec_ok(const Problem& p) {
 
 // cuDNN's full-fp32 weight gradients ("highest"), slow at any channel count.
 bool cudnn_fp32(const Problem& p) { return p.dtype == ScalarType::Float && p.math == Fp32Math::kAccurate; }
+
+// Float images of at most 256 output pixels (q: one slice's problem) go to
+// cuDNN fp32-accurate, where the 3xFP16 kernel's per-unit costs outweigh
+// its products and cuDNN's full-fp32 kernel is the quicker, and in TF32 but
+// for 3 channels of 64 or 96 filters on wgmma: there alexop's kernel beats
+// cuDNN's implicit GEMM (and its layout copy); slices, padded copies and the
+// mma.sync kernel were not measured at these sizes (docs/perf-history.md,
+// S59).
+bool small_images(const Problem& p, const Problem& q) {
+  const bool measured_tf32 = p.C == kC && p.K == q.K && q.dev.sm90a;
+  return q.dtype == ScalarType::Float && q.P * q.Q <= 256 && (cudnn_fp32(q) || !measured_tf32);
+}
 
 // Output pixels over the batch: the reduction's length.
 int64_t pixels(const Problem& p) { return p.N * p.P * p.Q; }
@@ -200,7 +208,7 @@ Choice choose(const Problem& p, bool timed) {
       q.input_stride0 = kC * p.H * q.W;  // a view's is larger, taken only where it fits too
       q.input_align = 16;
     }
-    if (!tc_shape(q) || small_images(q) || (q.dtype != ScalarType::Float && q.nhwc)) return c;
+    if (!tc_shape(q) || small_images(p, q) || (q.dtype != ScalarType::Float && q.nhwc)) return c;
     c = q.dtype == ScalarType::Float ? select_fp32(q) : select_16(q);
     if (p.C != kC) c.slices = input_slices(p.C);
   }
