@@ -56,14 +56,20 @@ class Timer {
 constexpr int kRounds = 3;
 
 std::vector<double> best_times(const std::vector<std::function<void()>>& runs) {
+  // The spin counts SM cycles, so it is sized at the GPU's peak clock, where
+  // it passes fastest: counted at 1000 cycles a microsecond it lasted about
+  // one host time on a 2 GHz GPU, short enough for a small problem's events
+  // to take in the host's launches (docs/perf-history.md, S59).
+  int khz = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, c10::cuda::current_device()));
+  const double cycles_per_us = std::max(khz, 1000000) / 1000.0;
   std::vector<int64_t> spin_cycles;
   for (const auto& run : runs) {
     run();
     const auto t0 = std::chrono::steady_clock::now();
     run();
     const double host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    // cycles: at least 1000 a microsecond on every GPU these kernels run on
-    spin_cycles.push_back((int64_t)std::min(2 * host_us, 1e5) * 1000 + 20000);
+    spin_cycles.push_back((int64_t)(std::min(2 * host_us, 1e5) * cycles_per_us) + 20000);
   }
   Timer timer;
   std::vector<double> best(runs.size(), std::numeric_limits<double>::infinity());
