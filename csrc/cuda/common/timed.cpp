@@ -57,9 +57,9 @@ constexpr int kRounds = 3;
 
 std::vector<double> best_times(const std::vector<std::function<void()>>& runs) {
   // The spin counts SM cycles, so it is sized at the GPU's peak clock, where
-  // it passes fastest: counted at 1000 cycles a microsecond it lasted about
-  // one host time on a 2 GHz GPU, short enough for a small problem's events
-  // to take in the host's launches (docs/perf-history.md, S59).
+  // it passes fastest: sized at a lower clock it could end before the host
+  // had queued the call, and the events then take in the host's launches
+  // (docs/perf-history.md, S59).
   int khz = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, c10::cuda::current_device()));
   const double cycles_per_us = std::max(khz, 1000000) / 1000.0;
