@@ -87,6 +87,9 @@ bool vec_ok(const Problem& p) {
 // cuDNN's full-fp32 weight gradients ("highest"), slow at any channel count.
 bool cudnn_fp32(const Problem& p) { return p.dtype == ScalarType::Float && p.math == Fp32Math::kAccurate; }
 
+// float32 on the wgmma kernel (dy staged by 16-byte copies), else on mma.sync.
+bool fp32_on_wgmma(const Problem& p) { return p.dev.sm90a && p.grad_output_align >= 16; }
+
 // Float images of at most 256 output pixels (q: one slice's problem) go to
 // cuDNN fp32-accurate, where the 3xFP16 kernel's per-unit costs outweigh
 // its products and cuDNN's full-fp32 kernel is the quicker, and in TF32 but
@@ -95,7 +98,7 @@ bool cudnn_fp32(const Problem& p) { return p.dtype == ScalarType::Float && p.mat
 // mma.sync kernel were not measured at these sizes (docs/perf-history.md,
 // S59).
 bool small_images(const Problem& p, const Problem& q) {
-  const bool measured_tf32 = p.C == kC && p.K == q.K && q.dev.sm90a;
+  const bool measured_tf32 = p.C == kC && p.K == q.K && fp32_on_wgmma(q);
   return q.dtype == ScalarType::Float && q.P * q.Q <= 256 && (cudnn_fp32(q) || !measured_tf32);
 }
 
@@ -160,7 +163,7 @@ Choice make(Kernel k, const Problem& p, MathMode mode) {
 
 Choice select_fp32(const Problem& p) {
   const bool accurate = p.math == Fp32Math::kAccurate;
-  if (p.dev.sm90a && p.grad_output_align >= 16) return make(Kernel::kGmma, p, accurate ? k3xFp16 : kTf32);
+  if (fp32_on_wgmma(p)) return make(Kernel::kGmma, p, accurate ? k3xFp16 : kTf32);
   return make(Kernel::kMmaSync, p, accurate ? k3xTf32 : kTf32);
 }
 
