@@ -175,6 +175,23 @@ at::Tensor widened_copy(const at::Tensor& x, int64_t channels) {
   return cuda::zero_padded_copy(x, channels, x.size(3) + 1);
 }
 
+// t (N, C, H, W) as ceil(N / r) images of r bands side by side: band m of
+// image g holds t[g r + m] from column m band, zeros elsewhere (a packed
+// weight-gradient operand, weight_grad/select.h). NCHW, fresh.
+at::Tensor packed_copy(const at::Tensor& t, int64_t r, int64_t band, int64_t width) {
+  const int64_t N = t.size(0), C = t.size(1), H = t.size(2), W = t.size(3);
+  auto out = at::empty({(N + r - 1) / r, C, H, width}, t.options().memory_format(at::MemoryFormat::Contiguous)).zero_();
+  const int64_t image = C * H * width, full = N / r, rest = N % r;
+  if (full > 0) {
+    out.as_strided({full, r, C, H, W}, {image, band, H * width, width, 1})
+        .copy_(t.narrow(0, 0, full * r).unflatten(0, {full, r}));
+  }
+  if (rest > 0) {
+    out.as_strided({rest, C, H, W}, {band, H * width, width, 1}, full * image).copy_(t.narrow(0, full * r, rest));
+  }
+  return out;
+}
+
 // A weight gradient's slice g: as input_slice, but a last slice of 1 or 2
 // channels not zero-padded to 3 where the kernel takes it so: the
 // phase-plane kernel (built for 1 and 2 channels too) as a view where
@@ -489,11 +506,26 @@ at::Tensor weight_grad_filters(
   return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
 }
 
+// A packed choice's weight gradient: the kernel runs once on packed copies
+// of the input and grad_output, whose zeros between the bands add nothing.
+std::tuple<at::Tensor, at::Tensor> weight_grad_packed(
+    int64_t packed, const at::Tensor& grad_output, const at::Tensor& input, int64_t K, int64_t padding,
+    bool bias_grad) {
+  namespace wg = cuda::weight_grad;
+  const int64_t band = wg::pack_band(input.size(3), padding);
+  const auto x = packed_copy(input, packed, band, wg::packed_width(input.size(3), padding, packed));
+  const auto dy = packed_copy(grad_output, packed, band / 4, (x.size(3) + 2 * padding - 11) / 4 + 1);
+  auto grad_bias = at::empty({bias_grad ? K : 0}, input.options());
+  auto grad_weight = weight_grad_filters({dy}, x, K, padding, false, false, false, bias_grad ? &grad_bias : nullptr);
+  return {grad_weight.contiguous(), grad_bias};
+}
+
 // The weight gradient on alexop's kernels, as choice says (not kCudnn).
 std::tuple<at::Tensor, at::Tensor> weight_grad_alexop(
     const cuda::weight_grad::Choice& choice, const at::Tensor& grad_output,
     const at::Tensor& input, int64_t K, int64_t padding, bool bias_grad,
     cuda::weight_grad::InputPrep prep) {
+  if (choice.packed > 1) return weight_grad_packed(choice.packed, grad_output, input, K, padding, bias_grad);
   // NCHW as the kernels read it, but where the phase planes read it in place
   const auto gy = choice.dy_nhwc ? grad_output : cuda::relayout(grad_output, at::MemoryFormat::Contiguous);
   auto grad_bias = at::empty({bias_grad ? K : 0}, input.options());

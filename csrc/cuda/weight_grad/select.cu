@@ -4,6 +4,8 @@
 //     16-bit of an odd width: the rules below see the input (or each slice) as a copy one zero
 //     column wider (widen_pays) [the kernels that read column pairs take it]
 //  2. K other than 64 or 96                 -> slices of 96 filters (filter_slices_pay) + the rest for 96 (or 64), else cudnn
+//     3 channels of 64 or 96 filters on wgmma, images a quarter of a unit wide: the rules below see
+//     ceil(N / r) copies of r images side by side (images_packed) [one unit takes r images' rows]
 //  3. 1 or 2 channels, planes_take          -> planes built for 1 | 2 channels [no zero channels copied in nor multiplied]
 //  4. other than 3 channels                 -> slices of 3 (input_slices_pay) + the rest for 3, else cudnn
 //     (on planes the last slice takes its own 1 or 2 channels, not zero-padded to 3)
@@ -34,6 +36,17 @@
 #include <cstdint>
 
 namespace alexop::cuda::weight_grad {
+
+// Images packed side by side (images_packed): the band each image takes, a
+// multiple of 4 columns so that each band's outputs start at a whole output
+// column, and wide enough that no band's windows reach the next band's
+// pixels (the kernel's own padding zeros the first band's left); the packed
+// width, a multiple of 4 (16-byte rows of any type).
+int64_t pack_band(int64_t W, int64_t pad) { return (W + pad + 3) / 4 * 4; }
+int64_t packed_width(int64_t W, int64_t pad, int64_t packed) {
+  return ((packed - 1) * pack_band(W, pad) + W + 3) / 4 * 4;
+}
+
 namespace {
 
 using c10::ScalarType;
@@ -74,6 +87,22 @@ bool planes_take(const Problem& p) {
 // pass over the input; the strided mma.sync kernel it replaces is the slowest
 // of the four (docs/design.md).
 bool widen_pays(const Problem& p) { return p.dtype != ScalarType::Float && p.W % 2 != 0; }
+
+// A packed image's output width (images_packed).
+int64_t packed_outputs(const Problem& p, int64_t r) { return (packed_width(p.W, p.pad, r) + 2 * p.pad - 11) / 4 + 1; }
+
+// The wgmma kernel's units are one output row of up to 56 (TF32) or 64
+// pixels; an image a quarter that wide leaves most of each unit idle, and
+// its fixed costs per unit (a scale run for 3xFP16, the ring's rows) run
+// as often as on a full one. r images side by side in one (dy zero between
+// the bands) fill the units: the most that fit one unit, at least 2, else 1.
+int64_t images_packed(const Problem& p) {
+  if (p.C != kC || (p.K != 64 && p.K != 96) || !p.dev.sm90a || !tensor_core_kernels(p.dev)) return 1;
+  const int64_t unit = p.dtype == ScalarType::Float && p.math != Fp32Math::kAccurate ? 56 : 64;
+  int64_t r = 1;
+  while (r < std::min<int64_t>(p.N, 8) && packed_outputs(p, r + 1) <= unit) ++r;
+  return r;
+}
 
 // 16-bit input rows copied as 4-byte pairs: NCHW, even width, aligned.
 bool pairs_ok(const Problem& p) { return !p.nhwc && p.W % 2 == 0 && p.input_align >= 4; }
@@ -192,7 +221,19 @@ Choice choose(const Problem& p, bool timed) {
     q.K = filter_width(std::min(p.K, kFilterSlice));
     q.grad_output_align = 16;  // each slice a fresh copy
   }
-  const bool widen = widen_pays(p);
+  const int64_t packed = images_packed(p);
+  if (packed > 1) {  // a fresh NCHW copy of (N / packed) images, packed wide
+    q.N = (p.N + packed - 1) / packed;
+    q.W = packed_width(p.W, p.pad, packed);
+    q.Q = packed_outputs(p, packed);
+    q.nhwc = false;
+    q.transposed = false;
+    q.input_stride0 = p.C * p.H * q.W;
+    q.input_align = 16;
+    q.grad_output_nhwc = false;
+    q.grad_output_align = 16;
+  }
+  const bool widen = packed == 1 && widen_pays(p);
   if (widen) {  // a fresh NCHW copy
     q.W += 1;
     q.nhwc = false;
@@ -216,6 +257,7 @@ Choice choose(const Problem& p, bool timed) {
     if (p.C != kC) c.slices = input_slices(p.C);
   }
   c.widened = widen;
+  if (packed > 1) c.packed = (int)packed;
   if (p.K != q.K) c.filter_slices = (int)((p.K + kFilterSlice - 1) / kFilterSlice);
   return c;
 }
@@ -233,6 +275,7 @@ Choice own(const Problem& p) { return choose(p, true); }
 std::string name(const Choice& c) {
   if (c.kernel == Kernel::kGeneric || c.kernel == Kernel::kCudnn) return kKernelNames[(int)c.kernel];
   std::string s = c.slices > 0 ? slices_prefix(c.slices) : c.transposed ? "nhwc3_to_nchw+" : "";
+  if (c.packed > 1) s += "pack" + std::to_string(c.packed) + "+";
   if (c.widened) s += "widen+";
   if (c.filter_slices > 0) s += "kslice" + std::to_string(kFilterSlice) + "x" + std::to_string(c.filter_slices) + "+";
   s += kKernelNames[(int)c.kernel];

@@ -43,6 +43,9 @@ struct Choice {
   // 16-bit, odd width: the input (or each slice) copied one zero column
   // wider first ("widen+"), for the kernels that read column pairs
   bool widened = false;
+  // images narrower than a unit: the input and grad_output copied as
+  // ceil(N / packed) images of `packed` bands side by side first ("pack<n>+")
+  int packed = 0;
   bool vec = false;         // kGmma: input rows by 16-byte copies
   bool transposed = false;  // the input was transposed first (a kernel of its own)
   bool dy_nhwc = false;     // kPlanes, kGmma: grad_output read channels_last in place ("_dynhwc")
@@ -58,6 +61,11 @@ inline int64_t filter_width(int64_t filters) { return filters <= 64 ? 64 : 96; }
 
 Choice select(const Problem& p);
 
+// The band, in input columns, each image takes in a packed choice's copy,
+// and the copy's width (select.cu).
+int64_t pack_band(int64_t W, int64_t pad);
+int64_t packed_width(int64_t W, int64_t pad, int64_t packed);
+
 // Up to 16 channels, float32 or 16-bit: select's rules (many_channels_pay,
 // filter_slices_pay) are a guess, and the op times alexop's kernels against
 // cuDNN on a problem's first call (common/timed.h): cuDNN's weight gradients
@@ -71,6 +79,7 @@ Choice own(const Problem& p);
 // "wgrad_gmma_tf32_c96_dynhwc",
 // "nhwc3_to_nchw+wgrad_planes_bf16_c96", "pad3+wgrad_mma_3xtf32_c64",
 // "slice3x2+wgrad_planes_bf16_c96", "kslice96x2+wgrad_gmma_tf32_c96_vec", "widen+wgrad_gmma_bf16_c96_vec",
+// "pack3+wgrad_gmma_3xfp16_c96_vec",
 // "wgrad_cudnn",
 // "wgrad_generic"
 std::string name(const Choice& c);
