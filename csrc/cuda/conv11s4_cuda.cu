@@ -283,10 +283,12 @@ cuda::weight_grad::Problem weight_grad_problem_of(
     const cuda::Device& dev, const at::Tensor& input, int64_t K,
     int64_t padding, cuda::weight_grad::InputPrep prep, Operand dy) {
   const bool as_is = prep == cuda::weight_grad::InputPrep::kAsIs;
-  return weight_grad_problem(
+  auto p = weight_grad_problem(
       dev, input, K, padding, as_is ? operand(input) : kFresh,
       as_is ? input.stride(0) : input.size(1) * input.size(2) * input.size(3),
       dy, prep == cuda::weight_grad::InputPrep::kTranspose);
+  p.whole = true;
+  return p;
 }
 
 // The forward on alexop's kernels, as choice says (a tensor-core one): x

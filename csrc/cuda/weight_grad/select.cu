@@ -97,7 +97,7 @@ int64_t packed_outputs(const Problem& p, int64_t r) { return (packed_width(p.W, 
 // as often as on a full one. r images side by side in one (dy zero between
 // the bands) fill the units: the most that fit one unit, at least 2, else 1.
 int64_t images_packed(const Problem& p) {
-  if (p.C != kC || (p.K != 64 && p.K != 96) || !p.dev.sm90a || !tensor_core_kernels(p.dev)) return 1;
+  if (!p.whole || p.C != kC || (p.K != 64 && p.K != 96) || !p.dev.sm90a || !tensor_core_kernels(p.dev)) return 1;
   const int64_t unit = p.dtype == ScalarType::Float && p.math != Fp32Math::kAccurate ? 56 : 64;
   int64_t r = 1;
   while (r < std::min<int64_t>(p.N, 8) && packed_outputs(p, r + 1) <= unit) ++r;

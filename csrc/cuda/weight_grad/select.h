@@ -22,6 +22,9 @@ struct Problem : ProblemBase {
   // contiguous, pixel stride a multiple of 8 elements), rows of pixels dense
   bool grad_output_nhwc = false;
   bool transposed = false;    // the input was transposed to NCHW first (nchw_input.h)
+  // the op's whole problem, not one slice's: only its choice may pack
+  // narrow images (a slice's kernel runs on the operands it is handed)
+  bool whole = false;
 };
 
 enum class Kernel {
