@@ -488,17 +488,15 @@ def test_channel_slices_selection_by_name(c, mode):
 
 
 # 16-bit inputs of odd width: the weight gradient takes a copy one zero column wider ("widen+"),
-# 3 channels and 1 or 2, on Hopper and the A100 alike (on Hopper 3 channels of narrow images are
-# packed instead, "pack<r>+", into copies of an even width); on Hopper, outputs 48-55 wide of an
-# even padding (227 x 227, no padding: Caffe's AlexNet) on phase planes, 1 or 2 channels as they are.
+# 3 channels and 1 or 2, on Hopper and the A100 alike; on Hopper, outputs 48-55 wide of an even
+# padding (227 x 227, no padding: Caffe's AlexNet) on phase planes, 1 or 2 channels as they are.
 @named_gpus
 @pytest.mark.parametrize("gpu", ["h100", "a100"])
 @pytest.mark.parametrize("c", [1, 2, 3])
 @pytest.mark.parametrize("hw,p", [(127, 0), (227, 2), (63, 5), (227, 0)], ids=["127p0", "227p2", "63p5", "227p0"])
 def test_odd_width_weight_grad_widened_by_name(gpu, c, hw, p):
     names = _named(gpu, 64, c, 96, hw, hw, p, torch.bfloat16, "highest")
-    packed = gpu == "h100" and c == 3 and hw < 224
-    assert ("pack" if packed else "widen+") in names["weight_grad"] and "strided" not in names["weight_grad"], names
+    assert "widen+" in names["weight_grad"] and "strided" not in names["weight_grad"], names
     if gpu == "h100" and (hw, p) == (227, 0):
         assert guesses(names)["weight_grad"] == f"widen+wgrad_planes_bf16{'' if c == 3 else f'_{c}ch'}_c96", names
 
@@ -589,8 +587,8 @@ def test_named_gpu_agrees_with_this_gpu(gpu, shape, dtype, mode, channels_last):
 # every GPU with alexop's kernels; one name where nothing is timed (17 channels, float64) or
 # where cuDNN alone runs: float images of at most 256 output pixels, but in TF32 those of 3
 # channels and 64 or 96 filters on wgmma (their kernel beats cuDNN's implicit GEMM there).
-# There, images a quarter of a unit wide (56 pixels in TF32, else 64) are packed side by side,
-# as many as one unit takes ("pack<r>+"): not one image, nor 127 x 127 in TF32 (two take 64).
+# In fp32 "highest" there, images a third of a unit (64 pixels) wide are packed side by side, as
+# many as one unit takes ("pack<r>+"), three or more: not TF32 nor 16-bit, nor 127 x 127 (two).
 # (gpu, N, C_in, C_out, side, dtype, precision, channels_last) -> name.
 TIMED_WEIGHT_GRAD_NAMES = [
     (("h100", 16, 8, 64, 126, torch.bfloat16, "highest", True), "slice3x3+wgrad_gmma_bf16_c64_dynhwc|wgrad_cudnn"),
@@ -609,10 +607,11 @@ TIMED_WEIGHT_GRAD_NAMES = [
     (("h100", 8, 3, 96, 224, torch.float64, "highest", False), "wgrad_generic"),
     (("h100", 1, 3, 16, 63, torch.float32, "highest", False), "wgrad_cudnn"),
     (("h100", 64, 3, 96, 63, torch.float32, "highest", False), "pack3+wgrad_gmma_3xfp16_c96_vec|wgrad_cudnn"),
-    (("h100", 64, 3, 96, 63, torch.float32, "medium", False), "pack3+wgrad_gmma_tf32_c96_vec|wgrad_cudnn"),
-    (("h200", 8, 3, 64, 63, torch.float32, "high", True), "pack3+wgrad_gmma_tf32_c64_vec|wgrad_cudnn"),
-    (("h100", 8, 3, 96, 127, torch.bfloat16, "highest", False), "pack2+wgrad_gmma_bf16_c96|wgrad_cudnn"),
-    (("h100", 8, 3, 96, 127, torch.float32, "medium", False), "wgrad_gmma_tf32_c96|wgrad_cudnn"),
+    (("h100", 64, 3, 96, 63, torch.float32, "medium", False), "wgrad_gmma_tf32_c96|wgrad_cudnn"),
+    (("h200", 8, 3, 64, 63, torch.float32, "high", True), "wgrad_gmma_tf32_c64_dynhwc|wgrad_cudnn"),
+    (("h200", 8, 3, 64, 63, torch.float32, "highest", True), "pack3+wgrad_gmma_3xfp16_c64_vec|wgrad_cudnn"),
+    (("h100", 8, 3, 96, 127, torch.float32, "highest", False), "wgrad_gmma_3xfp16_c96|wgrad_cudnn"),
+    (("h100", 2, 3, 96, 63, torch.float32, "highest", False), "wgrad_cudnn"),
     (("h100", 1, 3, 96, 63, torch.float32, "medium", False), "wgrad_gmma_tf32_c96|wgrad_cudnn"),
     (("h100", 8, 1, 64, 63, torch.float32, "medium", False), "wgrad_cudnn"),
     (("h100", 64, 3, 200, 63, torch.float32, "medium", False), "wgrad_cudnn"),

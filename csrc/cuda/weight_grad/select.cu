@@ -4,8 +4,8 @@
 //     16-bit of an odd width: the rules below see the input (or each slice) as a copy one zero
 //     column wider (widen_pays) [the kernels that read column pairs take it]
 //  2. K other than 64 or 96                 -> slices of 96 filters (filter_slices_pay) + the rest for 96 (or 64), else cudnn
-//     3 channels of 64 or 96 filters on wgmma, images a quarter of a unit wide: the rules below see
-//     ceil(N / r) copies of r images side by side (images_packed) [one unit takes r images' rows]
+//     fp32 "highest", 3 channels of 64 or 96 filters on wgmma, images a third of a unit wide: the rules
+//     below see ceil(N / r) copies of r images side by side (images_packed) [r images share a scale run]
 //  3. 1 or 2 channels, planes_take          -> planes built for 1 | 2 channels [no zero channels copied in nor multiplied]
 //  4. other than 3 channels                 -> slices of 3 (input_slices_pay) + the rest for 3, else cudnn
 //     (on planes the last slice takes its own 1 or 2 channels, not zero-padded to 3)
@@ -88,20 +88,25 @@ bool planes_take(const Problem& p) {
 // of the four (docs/design.md).
 bool widen_pays(const Problem& p) { return p.dtype != ScalarType::Float && p.W % 2 != 0; }
 
+// cuDNN's full-fp32 weight gradients ("highest"), slow at any channel count.
+bool cudnn_fp32(const Problem& p) { return p.dtype == ScalarType::Float && p.math == Fp32Math::kAccurate; }
+
 // A packed image's output width (images_packed).
 int64_t packed_outputs(const Problem& p, int64_t r) { return (packed_width(p.W, p.pad, r) + 2 * p.pad - 11) / 4 + 1; }
 
-// The wgmma kernel's units are one output row of up to 56 (TF32) or 64
-// pixels; an image a quarter that wide leaves most of each unit idle, and
-// its fixed costs per unit (a scale run for 3xFP16, the ring's rows) run
-// as often as on a full one. r images side by side in one (dy zero between
-// the bands) fill the units: the most that fit one unit, at least 2, else 1.
+// The 3xFP16 wgmma kernel pays a scale run per unit, one output row of up to
+// 64 pixels: an image a third that wide or less pays it as often as a full
+// one for a fraction of the products. r images side by side in one (dy zero
+// between the bands) share the runs, as many as one unit takes; only where
+// r >= 3 do the runs saved outweigh the copies, and in TF32 and 16-bit the
+// packed kernel barely gains on the plain one (docs/perf-history.md, S61).
 int64_t images_packed(const Problem& p) {
-  if (!p.whole || p.C != kC || (p.K != 64 && p.K != 96) || !p.dev.sm90a || !tensor_core_kernels(p.dev)) return 1;
-  const int64_t unit = p.dtype == ScalarType::Float && p.math != Fp32Math::kAccurate ? 56 : 64;
+  if (!p.whole || !cudnn_fp32(p) || p.C != kC || (p.K != 64 && p.K != 96) || !p.dev.sm90a ||
+      !tensor_core_kernels(p.dev))
+    return 1;
   int64_t r = 1;
-  while (r < std::min<int64_t>(p.N, 8) && packed_outputs(p, r + 1) <= unit) ++r;
-  return r;
+  while (r < std::min<int64_t>(p.N, 8) && packed_outputs(p, r + 1) <= 64) ++r;
+  return r >= 3 ? r : 1;
 }
 
 // 16-bit input rows copied as 4-byte pairs: NCHW, even width, aligned.
@@ -112,9 +117,6 @@ bool vec_ok(const Problem& p) {
   const int per16 = p.dtype == ScalarType::Float ? 4 : 8;
   return !p.nhwc && p.W % per16 == 0 && p.input_align >= 16;
 }
-
-// cuDNN's full-fp32 weight gradients ("highest"), slow at any channel count.
-bool cudnn_fp32(const Problem& p) { return p.dtype == ScalarType::Float && p.math == Fp32Math::kAccurate; }
 
 // float32 on the wgmma kernel (dy staged by 16-byte copies), else on mma.sync.
 bool fp32_on_wgmma(const Problem& p) { return p.dev.sm90a && p.grad_output_align >= 16; }
