@@ -45,7 +45,13 @@ int timed_choice(const TimedKey& key, int guess, bool may_time, const std::funct
     for (int i = 0; i < (int)t.size(); ++i) {
       if (t[i] < kMargin * t[best]) best = i;
     }
-  } catch (const c10::Error&) {
+  } catch (const c10::OutOfMemoryError&) {
+    best = guess;  // the ways timed side by side need more memory than the guess alone
+  } catch (const c10::Error& e) {
+    // A way that cannot run is alexop's bug, not a slower kernel, so it is
+    // said aloud; a silent guess once hid one (docs/perf-history.md, S62).
+    TORCH_WARN("alexop.conv11s4: timing its kernels for this problem failed, so its first choice runs. Please "
+               "report it, with the GPU, the shapes and the dtype: ", e.what_without_backtrace());
     best = guess;
   }
   const std::lock_guard<std::mutex> lock(cache_mutex());
