@@ -21,6 +21,7 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/sum.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -180,7 +181,7 @@ at::Tensor widened_copy(const at::Tensor& x, int64_t channels) {
 // weight-gradient operand, weight_grad/select.h). NCHW, fresh.
 at::Tensor packed_copy(const at::Tensor& t, int64_t r, int64_t band, int64_t width) {
   const int64_t N = t.size(0), C = t.size(1), H = t.size(2), W = t.size(3);
-  auto out = at::empty({(N + r - 1) / r, C, H, width}, t.options().memory_format(at::MemoryFormat::Contiguous)).zero_();
+  auto out = at::zeros({(N + r - 1) / r, C, H, width}, t.options().memory_format(at::MemoryFormat::Contiguous));
   const int64_t image = C * H * width, full = N / r, rest = N % r;
   if (full > 0) {
     out.as_strided({full, r, C, H, W}, {image, band, H * width, width, 1})
@@ -514,9 +515,9 @@ std::tuple<at::Tensor, at::Tensor> weight_grad_packed(
     int64_t packed, const at::Tensor& grad_output, const at::Tensor& input, int64_t K, int64_t padding,
     bool bias_grad) {
   namespace wg = cuda::weight_grad;
-  const int64_t band = wg::pack_band(input.size(3), padding);
-  const auto x = packed_copy(input, packed, band, wg::packed_width(input.size(3), padding, packed));
-  const auto dy = packed_copy(grad_output, packed, band / 4, (x.size(3) + 2 * padding - 11) / 4 + 1);
+  const int64_t W = input.size(3), band = wg::pack_band(W, padding);
+  const auto x = packed_copy(input, packed, band, wg::packed_width(W, padding, packed));
+  const auto dy = packed_copy(grad_output, packed, band / kStride, wg::packed_outputs(W, padding, packed));
   auto grad_bias = at::empty({bias_grad ? K : 0}, input.options());
   auto grad_weight = weight_grad_filters({dy}, x, K, padding, false, false, false, bias_grad ? &grad_bias : nullptr);
   return {grad_weight.contiguous(), grad_bias};

@@ -30,6 +30,7 @@
 
 #include "select.h"
 
+#include "../../conv11s4.h"
 #include "../common/constants.h"
 
 #include <algorithm>
@@ -45,6 +46,9 @@ namespace alexop::cuda::weight_grad {
 int64_t pack_band(int64_t W, int64_t pad) { return (W + pad + 3) / 4 * 4; }
 int64_t packed_width(int64_t W, int64_t pad, int64_t packed) {
   return ((packed - 1) * pack_band(W, pad) + W + 3) / 4 * 4;
+}
+int64_t packed_outputs(int64_t W, int64_t pad, int64_t packed) {
+  return (packed_width(W, pad, packed) + 2 * pad - kKernelSize) / kStride + 1;
 }
 
 namespace {
@@ -91,9 +95,6 @@ bool widen_pays(const Problem& p) { return p.dtype != ScalarType::Float && p.W %
 // cuDNN's full-fp32 weight gradients ("highest"), slow at any channel count.
 bool cudnn_fp32(const Problem& p) { return p.dtype == ScalarType::Float && p.math == Fp32Math::kAccurate; }
 
-// A packed image's output width (images_packed).
-int64_t packed_outputs(const Problem& p, int64_t r) { return (packed_width(p.W, p.pad, r) + 2 * p.pad - 11) / 4 + 1; }
-
 // The 3xFP16 wgmma kernel pays a scale run per unit, one output row of up to
 // 64 pixels: an image a third that wide or less pays it as often as a full
 // one for a fraction of the products. r images side by side in one (dy zero
@@ -105,7 +106,7 @@ int64_t images_packed(const Problem& p) {
       !tensor_core_kernels(p.dev))
     return 1;
   int64_t r = 1;
-  while (r < std::min<int64_t>(p.N, 8) && packed_outputs(p, r + 1) <= 64) ++r;
+  while (r < std::min<int64_t>(p.N, 8) && packed_outputs(p.W, p.pad, r + 1) <= 64) ++r;
   return r >= 3 ? r : 1;
 }
 
@@ -227,7 +228,7 @@ Choice choose(const Problem& p, bool timed) {
   if (packed > 1) {  // a fresh NCHW copy of (N / packed) images, packed wide
     q.N = (p.N + packed - 1) / packed;
     q.W = packed_width(p.W, p.pad, packed);
-    q.Q = packed_outputs(p, packed);
+    q.Q = packed_outputs(p.W, p.pad, packed);
     q.nhwc = false;
     q.transposed = false;
     q.input_stride0 = p.C * p.H * q.W;

@@ -65,9 +65,10 @@ inline int64_t filter_width(int64_t filters) { return filters <= 64 ? 64 : 96; }
 Choice select(const Problem& p);
 
 // The band, in input columns, each image takes in a packed choice's copy,
-// and the copy's width (select.cu).
+// the copy's width and its output width (select.cu).
 int64_t pack_band(int64_t W, int64_t pad);
 int64_t packed_width(int64_t W, int64_t pad, int64_t packed);
+int64_t packed_outputs(int64_t W, int64_t pad, int64_t packed);
 
 // Up to 16 channels, float32 or 16-bit: select's rules (many_channels_pay,
 // filter_slices_pay) are a guess, and the op times alexop's kernels against
