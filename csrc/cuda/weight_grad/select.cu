@@ -210,6 +210,15 @@ constexpr const char* kModeNames[] = {"3xtf32", "tf32", "", "3xfp16"};
 constexpr const char* kKernelNames[] = {"wgrad_generic", "wgrad_planes", "wgrad_gmma",
                                         "wgrad_mma",     "wgrad_mma",    "wgrad_mma", "wgrad_cudnn"};
 
+// q's input as a fresh NCHW copy of its C channels and width, which the
+// op makes (packed, widened, a slice's copy) before the kernel reads it.
+void fresh_nchw_input(Problem& q) {
+  q.nhwc = false;
+  q.transposed = false;
+  q.input_stride0 = q.C * q.H * q.W;
+  q.input_align = 16;
+}
+
 // The choice, with slices for 4-16 channels by many_channels_pay or, where
 // timed, wherever the kernels take them.
 Choice choose(const Problem& p, bool timed) {
@@ -229,31 +238,24 @@ Choice choose(const Problem& p, bool timed) {
     q.N = (p.N + packed - 1) / packed;
     q.W = packed_width(p.W, p.pad, packed);
     q.Q = packed_outputs(p.W, p.pad, packed);
-    q.nhwc = false;
-    q.transposed = false;
-    q.input_stride0 = p.C * p.H * q.W;
-    q.input_align = 16;
+    fresh_nchw_input(q);
     q.grad_output_nhwc = false;
     q.grad_output_align = 16;
   }
   const bool widen = packed == 1 && widen_pays(p);
-  if (widen) {  // a fresh NCHW copy
+  if (widen) {
     q.W += 1;
-    q.nhwc = false;
-    q.transposed = false;
-    q.input_stride0 = p.C * p.H * q.W;
-    q.input_align = 16;
+    fresh_nchw_input(q);
   }
   if (p.C < kC && planes_take(q)) {
     c = make(Kernel::kPlanes, q, k16);
   } else {
     if (p.C != kC) {
       if (!input_slices_pay(p, timed)) return c;
-      q.C = kC;  // each slice an NCHW view or copy (the last with zero channels added)
-      q.nhwc = false;
-      q.transposed = false;
-      q.input_stride0 = kC * p.H * q.W;  // a view's is larger, taken only where it fits too
-      q.input_align = 16;
+      // each slice an NCHW view or copy (the last with zero channels added);
+      // a view's image stride is larger, taken only where it fits too
+      q.C = kC;
+      fresh_nchw_input(q);
     }
     if (!tc_shape(q) || small_images(p, q) || (q.dtype != ScalarType::Float && q.nhwc)) return c;
     c = q.dtype == ScalarType::Float ? select_fp32(q) : select_16(q);
