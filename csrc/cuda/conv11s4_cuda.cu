@@ -21,7 +21,6 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/sum.h>
-#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -174,23 +173,6 @@ at::Tensor input_slice(const at::Tensor& x, int64_t g) {
 // widened weight-gradient operand (weight_grad/select.h).
 at::Tensor widened_copy(const at::Tensor& x, int64_t channels) {
   return cuda::zero_padded_copy(x, channels, x.size(3) + 1);
-}
-
-// t (N, C, H, W) as ceil(N / r) images of r bands side by side: band m of
-// image g holds t[g r + m] from column m band, zeros elsewhere (a packed
-// weight-gradient operand, weight_grad/select.h). NCHW, fresh.
-at::Tensor packed_copy(const at::Tensor& t, int64_t r, int64_t band, int64_t width) {
-  const int64_t N = t.size(0), C = t.size(1), H = t.size(2), W = t.size(3);
-  auto out = at::zeros({(N + r - 1) / r, C, H, width}, t.options().memory_format(at::MemoryFormat::Contiguous));
-  const int64_t image = C * H * width, full = N / r, rest = N % r;
-  if (full > 0) {
-    out.as_strided({full, r, C, H, W}, {image, band, H * width, width, 1})
-        .copy_(t.narrow(0, 0, full * r).unflatten(0, {full, r}));
-  }
-  if (rest > 0) {
-    out.as_strided({rest, C, H, W}, {band, H * width, width, 1}, full * image).copy_(t.narrow(0, full * r, rest));
-  }
-  return out;
 }
 
 // A weight gradient's slice g: as input_slice, but a last slice of 1 or 2
@@ -516,8 +498,8 @@ std::tuple<at::Tensor, at::Tensor> weight_grad_packed(
     bool bias_grad) {
   namespace wg = cuda::weight_grad;
   const int64_t W = input.size(3), band = wg::pack_band(W, padding);
-  const auto x = packed_copy(input, packed, band, wg::packed_width(W, padding, packed));
-  const auto dy = packed_copy(grad_output, packed, band / kStride, wg::packed_outputs(W, padding, packed));
+  const auto x = cuda::packed_copy(input, packed, band, wg::packed_width(W, padding, packed));
+  const auto dy = cuda::packed_copy(grad_output, packed, band / kStride, wg::packed_outputs(W, padding, packed));
   auto grad_bias = at::empty({bias_grad ? K : 0}, input.options());
   auto grad_weight = weight_grad_filters({dy}, x, K, padding, false, false, false, bias_grad ? &grad_bias : nullptr);
   return {grad_weight.contiguous(), grad_bias};

@@ -132,6 +132,45 @@ __global__ void nhwc3_to_nchw_kernel(const uint4* __restrict__ x, uint4* __restr
   }
 }
 
+// out[g][c][h][j] = x[g r + j / band][c][h][j % band] where that image
+// exists, j / band < r and j % band < W; else 0. Each output element is
+// written once (zeroing the whole output before copying the bands wrote
+// theirs twice). A warp a row of `width` elements, kPackRows rows a block:
+// the row's source offset is formed once, the lanes run along its columns.
+// Any strides (grad_output may be expanded or a view): Strides4 in 64 bits.
+constexpr int kPackRows = 8;
+struct Strides64 {
+  int64_t n, c, h, w;
+};
+template <typename T>
+__global__ void __launch_bounds__(32 * kPackRows) packed_copy_kernel(const T* __restrict__ x, T* __restrict__ out,
+                                                                     Strides64 s, int64_t N, int C, int H, int W,
+                                                                     int r, int band, int width, int64_t rows) {
+  const int64_t row = (int64_t)blockIdx.x * kPackRows + threadIdx.y;
+  if (row >= rows) return;
+  const int64_t gc = row / H, g = gc / C;
+  const int h = (int)(row - gc * H), c = (int)(gc - g * C);
+  const T* src = x + g * r * s.n + c * s.c + h * s.h;
+  T* dst = out + row * width;
+  for (int j = threadIdx.x; j < width; j += 32) {
+    const int m = j / band, col = j - m * band;
+    const bool live = m < r && g * r + m < N && col < W;
+    dst[j] = live ? src[m * s.n + col * s.w] : T{0};
+  }
+}
+
+template <typename T>
+void launch_packed_copy(const at::Tensor& t, const at::Tensor& out, int64_t r, int64_t band) {
+  const int64_t rows = out.numel() / out.size(3);
+  const int64_t blocks = (rows + kPackRows - 1) / kPackRows;
+  TORCH_INTERNAL_ASSERT(blocks <= INT32_MAX, "packed_copy: ", out.sizes());
+  const Strides64 s{t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
+  packed_copy_kernel<T><<<(unsigned)blocks, dim3(32, kPackRows), 0, c10::cuda::getCurrentCUDAStream()>>>(
+      static_cast<const T*>(t.const_data_ptr()), static_cast<T*>(out.mutable_data_ptr()), s, t.size(0),
+      (int)t.size(1), (int)t.size(2), (int)t.size(3), (int)r, (int)band, (int)out.size(3), rows);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 // The band: kBand rows, or fewer where that would leave an SM without a
 // block (a single image: its loads spread over more SMs instead).
 int64_t copy_band(int64_t N, int64_t H, int64_t column_blocks) {
@@ -222,6 +261,19 @@ at::Tensor zero_padded_copy(const at::Tensor& x, int64_t channels, int64_t width
     case 4: launch_zero_padded_copy<uint32_t>(x, out); break;
     case 8: launch_zero_padded_copy<uint64_t>(x, out); break;
     default: TORCH_INTERNAL_ASSERT(false, "zero_padded_copy: ", x.scalar_type());
+  }
+  return out;
+}
+
+at::Tensor packed_copy(const at::Tensor& t, int64_t r, int64_t band, int64_t width) {
+  TORCH_INTERNAL_ASSERT(t.dim() == 4 && r >= 1 && band >= t.size(3) && width <= r * band, "packed_copy: ",
+                        t.sizes(), " as ", r, " bands of ", band, " in ", width, " columns");
+  auto out = at::empty({(t.size(0) + r - 1) / r, t.size(1), t.size(2), width}, t.options());
+  if (out.numel() == 0) return out;
+  switch (t.element_size()) {
+    case 2: launch_packed_copy<uint16_t>(t, out, r, band); break;
+    case 4: launch_packed_copy<uint32_t>(t, out, r, band); break;
+    default: TORCH_INTERNAL_ASSERT(false, "packed_copy: ", t.scalar_type());
   }
   return out;
 }

@@ -29,4 +29,10 @@ at::Tensor zero_padded_copy(const at::Tensor& x, int64_t channels, int64_t width
 // of images of a multiple of 8 pixels.
 bool nhwc3_transposable(const at::Tensor& x);
 
+// t (N, C, H, W, 16- or 32-bit, any strides) as a fresh NCHW tensor of
+// ceil(N / r) images of r bands side by side: band m of image g holds
+// t[g r + m] from column m band, zeros elsewhere (a packed weight-gradient
+// operand, weight_grad/select.h). One pass: every element written once.
+at::Tensor packed_copy(const at::Tensor& t, int64_t r, int64_t band, int64_t width);
+
 }  // namespace alexop::cuda
