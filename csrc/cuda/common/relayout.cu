@@ -135,39 +135,75 @@ __global__ void nhwc3_to_nchw_kernel(const uint4* __restrict__ x, uint4* __restr
 // out[g][c][h][j] = x[g r + j / band][c][h][j % band] where that image
 // exists, j / band < r and j % band < W; else 0. Each output element is
 // written once (zeroing the whole output before copying the bands wrote
-// theirs twice). A warp a row of `width` elements, kPackRows rows a block:
-// the row's source offset is formed once, the lanes run along its columns.
-// Any strides (grad_output may be expanded or a view): Strides4 in 64 bits.
-constexpr int kPackRows = 8;
+// theirs twice). A warp copies R consecutive rows of `width` elements,
+// each row's source offset formed once, its lanes along the columns, two
+// columns of each row a round: 2 R loads in flight a lane, since a load
+// a lane in flight kept the copy far below the memory's rate. Any strides
+// (grad_output may be expanded or a view): Strides4 in 64 bits.
 struct Strides64 {
   int64_t n, c, h, w;
 };
-template <typename T>
-__global__ void __launch_bounds__(32 * kPackRows) packed_copy_kernel(const T* __restrict__ x, T* __restrict__ out,
-                                                                     Strides64 s, int64_t N, int C, int H, int W,
-                                                                     int r, int band, int width, int64_t rows) {
-  const int64_t row = (int64_t)blockIdx.x * kPackRows + threadIdx.y;
-  if (row >= rows) return;
-  const int64_t gc = row / H, g = gc / C;
-  const int h = (int)(row - gc * H), c = (int)(gc - g * C);
-  const T* src = x + g * r * s.n + c * s.c + h * s.h;
-  T* dst = out + row * width;
-  for (int j = threadIdx.x; j < width; j += 32) {
-    const int m = j / band, col = j - m * band;
-    const bool live = m < r && g * r + m < N && col < W;
-    dst[j] = live ? src[m * s.n + col * s.w] : T{0};
+constexpr int kPackWarps = 4;
+template <typename T, int R>
+__global__ void __launch_bounds__(32 * kPackWarps) packed_copy_kernel(const T* __restrict__ x, T* __restrict__ out,
+                                                                      Strides64 s, int64_t N, int C, int H, int W,
+                                                                      int r, int band, int width, int64_t rows) {
+  const int64_t row0 = ((int64_t)blockIdx.x * kPackWarps + threadIdx.y) * R;
+  const T* src[R];
+  int bands[R];  // the bands of the row's packed image that hold an image (0: a row past the last)
+#pragma unroll
+  for (int u = 0; u < R; ++u) {
+    const int64_t row = row0 + u, gc = row / H, g = gc / C;
+    const int h = (int)(row - gc * H), c = (int)(gc - g * C);
+    src[u] = x + g * r * s.n + c * s.c + h * s.h;
+    bands[u] = row < rows ? (int)std::min<int64_t>(r, N - g * r) : 0;
+  }
+  T* dst = out + row0 * width;
+  for (int j0 = threadIdx.x; j0 < width; j0 += 64) {
+    T v[R][2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int j = j0 + 32 * e, m = j / band, col = j - m * band;
+      const int64_t at = m * s.n + col * s.w;
+#pragma unroll
+      for (int u = 0; u < R; ++u) v[u][e] = m < bands[u] && col < W && j < width ? src[u][at] : T{0};
+    }
+#pragma unroll
+    for (int u = 0; u < R; ++u) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = j0 + 32 * e;
+        if (row0 + u < rows && j < width) dst[u * width + j] = v[u][e];
+      }
+    }
   }
 }
 
+// Rows a warp copies: as many as leave about 32 warps an SM (the loads in
+// flight a lane grow with the rows, the warps in flight shrink).
 template <typename T>
 void launch_packed_copy(const at::Tensor& t, const at::Tensor& out, int64_t r, int64_t band) {
   const int64_t rows = out.numel() / out.size(3);
-  const int64_t blocks = (rows + kPackRows - 1) / kPackRows;
+  const int64_t warps = 32 * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  int R = 1;
+  while (R < 8 && rows / (2 * R) >= warps) R *= 2;
+  const int64_t blocks = (rows + kPackWarps * R - 1) / (kPackWarps * R);
   TORCH_INTERNAL_ASSERT(blocks <= INT32_MAX, "packed_copy: ", out.sizes());
   const Strides64 s{t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
-  packed_copy_kernel<T><<<(unsigned)blocks, dim3(32, kPackRows), 0, c10::cuda::getCurrentCUDAStream()>>>(
-      static_cast<const T*>(t.const_data_ptr()), static_cast<T*>(out.mutable_data_ptr()), s, t.size(0),
-      (int)t.size(1), (int)t.size(2), (int)t.size(3), (int)r, (int)band, (int)out.size(3), rows);
+  const auto* x = static_cast<const T*>(t.const_data_ptr());
+  auto* y = static_cast<T*>(out.mutable_data_ptr());
+  const dim3 block(32, kPackWarps);
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  auto go = [&](auto kernel) {
+    kernel<<<(unsigned)blocks, block, 0, stream>>>(x, y, s, t.size(0), (int)t.size(1), (int)t.size(2),
+                                                   (int)t.size(3), (int)r, (int)band, (int)out.size(3), rows);
+  };
+  switch (R) {
+    case 1: go(packed_copy_kernel<T, 1>); break;
+    case 2: go(packed_copy_kernel<T, 2>); break;
+    case 4: go(packed_copy_kernel<T, 4>); break;
+    default: go(packed_copy_kernel<T, 8>); break;
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
