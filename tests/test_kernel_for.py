@@ -514,15 +514,19 @@ def test_odd_width_forward_by_name(n, k, channels_last, want):
 
 
 # 16-bit NCHW rows not of whole 16-byte units (odd widths; outputs not 48-55 wide) reach the
-# gather kernels on a copy of rows widened to whole units where the staged kernel fills the GPU
-# and the widened rows take space-to-depth or the staged kernel ("widen+"); channels_last inputs,
-# fewer tiles, rows too wide for the staged kernel and up to 64 or more than 96 filters as they are.
+# gather kernels on a copy of rows widened to whole units ("widen+") where the staged kernel
+# fills the GPU and the widened rows take space-to-depth or the staged kernel with more than 64
+# filters, and where too few tiles for the staged kernel run the two-CTA kernel on rows wider
+# than 64; channels_last inputs, rows of 63, the two-CTA kernel on tiles that fill the GPU
+# (rows too wide for the staged kernel) and up to 64 filters on the staged kernel as they are.
 @named_gpus
 @pytest.mark.parametrize("n,k,hw,p,channels_last,want", [
     (64, 96, 227, 2, False, "widen+fwd_s2d_bf16_c96"), (64, 96, 227, 5, False, "widen+fwd_gmma_staged_bf16_c96"),
     (64, 64, 299, 2, False, "fwd_gmma_staged_bf16_pairs_c64"), (64, 80, 299, 2, False, "widen+fwd_gmma_staged_bf16_pairs_c96"),
     (16, 96, 1023, 2, False, "fwd_gmma_2cta_bf16_pairs_c96"), (64, 96, 227, 5, True, "fwd_gmma_staged_bf16_c96"),
-    (16, 96, 227, 2, False, "fwd_gmma_2cta_bf16_pairs_c96"), (64, 96, 224, 5, False, "fwd_gmma_staged_bf16_c96")])
+    (16, 96, 227, 2, False, "widen+fwd_gmma_2cta_bf16_pairs_c96"), (64, 96, 224, 5, False, "fwd_gmma_staged_bf16_c96"),
+    (64, 96, 127, 2, False, "widen+fwd_gmma_2cta_bf16_pairs_c96"), (1, 64, 227, 2, False, "widen+fwd_gmma_2cta_bf16_pairs_c64"),
+    (64, 96, 127, 2, True, "fwd_gmma_2cta_bf16_c96"), (64, 96, 63, 2, False, "fwd_gmma_2cta_bf16_pairs_c96")])
 def test_gather_widened_rows_by_name(n, k, hw, p, channels_last, want):
     names = _named("h100", n, 3, k, hw, hw, p, torch.bfloat16, "highest", channels_last)
     assert guesses(names)["forward"] == want, names
