@@ -416,9 +416,10 @@ def test_forward_planes_odd_width(shape, dtype, channels_last):
 # 16-bit NCHW inputs whose rows are not whole 16-byte units (odd widths, an input one element
 # off a boundary) run the gather kernels on a copy of rows widened with zeros to whole units
 # where the staged kernel fills the GPU and there are more than 64 filters ("widen+"; 227 x 227
-# with padding 2: space-to-depth, padding 5: the staged kernel), or where rows wider than 64
-# run the two-CTA kernel (127 x 127, one 227 x 227 image): within the dtype's bound of float64,
-# every output written, the misaligned input's the same bits as the aligned one's (untimed).
+# with padding 2: space-to-depth, padding 5: the staged kernel), or where too few tiles for the
+# staged kernel run the two-CTA kernel on rows wider than 64 (127 x 127, one 227 x 227 image):
+# within the dtype's bound of float64, every output written, the misaligned input's the same
+# bits as the aligned one's (untimed).
 @pytest.mark.parametrize("shape", [(24, 3, 96, 227, 227, 2), (24, 3, 96, 227, 227, 5), (24, 3, 80, 299, 231, 3),
                                    (24, 3, 96, 224, 224, 5), (8, 3, 96, 127, 127, 2), (1, 3, 64, 227, 227, 2)],
                          ids=str)
