@@ -36,7 +36,8 @@
 // 16. wgmma, planes_shape, planes16_aligned         -> planes 16-bit, the same groups
 //     (odd width, even padding: on a copy one zero column wider, planes_widen_pays)
 //     NCHW rows not of whole 16-byte units: 17-19 on a copy of rows widened to
-//     whole units where gather16_widen_pays for the widened problem's kernel
+//     whole units where gather16_widen_pays and the widened rows take 17-18
+//     (staged_fills) or 19
 // 17. wgmma, staged_fills, s2d_aligned              -> space-to-depth, NCHW or channels_last [ldmatrix, no table]
 // 18. wgmma, staged_fills                           -> gmma staged, one CTA of K <= 64 | 96 [stores off the MMA warps]
 // 19. wgmma                                         -> gmma, two CTAs an SM, groups of 64 | 96 | 128 [one's epilogue overlaps the other's MMAs]
@@ -221,17 +222,14 @@ bool rows16_units(const Problem& p) { return p.W % 8 == 0 && p.input_align >= 16
 // The 3-channel gather kernels copy other NCHW rows (odd widths, an input off
 // a 16-byte boundary) element by element through registers, a load each warp
 // waits for; an NCHW copy of rows widened to whole units costs one pass
-// instead. It pays where the widened problem runs space-to-depth or the
-// staged kernel past 64 filters (the copy's cost per input pixel is the same
-// for any K, the kernel's saving grows with it; at 64 it lost,
-// docs/perf-history.md S46), and where it runs the two-CTA kernel on too few
-// tiles for the staged kernel, each tile's serial chain the time, on rows
-// wider than 64 (at 63 the copy cost what it saved, S65; where the tiles
-// fill the GPU, the two CTAs an SM hide the element copies and the copy lost,
-// S46). Not channels_last rows of 3 W values: widened, they lost (S65).
-bool gather16_widen_pays(const Problem& p, Kernel widened) {
-  if (widened == Kernel::kGmma2Cta) return p.W > 64 && !staged_fills(p);
-  return (widened == Kernel::kS2d || widened == Kernel::kGmmaStaged) && p.K > 64 && staged_fills(p);
+// instead. Worth trying where the staged kernel fills the GPU past 64 filters
+// (the copy's cost per input pixel is the same for any K, the kernel's saving
+// grows with it; at 64 it lost, docs/perf-history.md S46), and where too few
+// tiles for the staged kernel leave each tile's serial chain the time, on
+// rows wider than 64 (at 63 the copy cost what it saved, S65). Not
+// channels_last rows of 3 W values: widened, they lost (S65).
+bool gather16_widen_pays(const Problem& p) {
+  return !p.nhwc && !rows16_units(p) && (staged_fills(p) ? p.K > 64 : p.W > 64);
 }
 
 // Other few-channel inputs run the 3-channel kernels on copies of the
@@ -369,9 +367,14 @@ Choice select_16(const Problem& p) {
     c.widened = true;
     if (planes_fit(kernel_input_problem(c, p), planes_nt8(p.K))) return c;
   }
-  if (wgmma && !p.nhwc && !rows16_units(p)) {
+  if (wgmma && gather16_widen_pays(p)) {
+    // kept where the widened rows run space-to-depth or the staged kernel,
+    // or, on too few tiles for it, the two-CTA kernel (where the tiles fill
+    // the GPU, its two CTAs an SM hide the element copies and the copy lost,
+    // S46)
     Choice c = select_16(nchw_copy_problem(p, units16_width(p.W)));
-    if (gather16_widen_pays(p, c.kernel)) {
+    const bool staged = c.kernel == Kernel::kS2d || c.kernel == Kernel::kGmmaStaged;
+    if (staged_fills(p) ? staged : c.kernel == Kernel::kGmma2Cta) {
       c.widened = true;
       return c;
     }
