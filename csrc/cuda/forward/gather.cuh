@@ -249,7 +249,8 @@ __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, 
   auto zero = [&](T* row, int a, int b) {
     for (int e = a + lane; e < b; e += 32) row[e] = from_f<T>(0.f);
   };
-  // elements [0, ne) of src to dst: 16-byte cp.async where aligned (vec)
+  // elements [0, ne) of src to dst: 16-byte cp.async where aligned (vec),
+  // else 4-byte cp.async, or (16-bit) registers
   auto copy = [&](T* dst, const T* src, int ne) {
     if (p.vec) {
       constexpr int V = 16 / sizeof(T);
@@ -280,22 +281,72 @@ __device__ __forceinline__ void load_patch(const Params& p, const TileGeom& tg, 
   // zero; an unwritten row of one block zeroes them too (a tile of the
   // other shift may have left a value there)
   const int wz = WORDS && p.words ? 1 : 0;
+  const int ne = (jhi - jlo) * el;  // the elements of a copied row
+  // the input row of channel c's patch row i, or null for a row of zeros
+  auto source = [&](int c, int i) -> const T* {
+    const int h = tg.h0 + i;
+    if (h < 0 || h >= p.H || !(NCH == kC || c0 + c < p.C)) return nullptr;
+    const int col = xc0 + jlo;  // >= 0
+    return x + (p.nhwc ? (((size_t)tg.n * p.H + h) * p.W + col) * kC
+                       : (size_t)tg.n * p.xs.n + ((size_t)(c0 + c) * p.H + h) * p.W + col);
+  };
+  // the zeros of a patch row beside its copied elements, or of a whole row
+  auto zeros = [&](T* row, bool copied) {
+    if (copied) {
+      if (edges) {
+        zero(row, 0, (jlo - wz) * el);
+        zero(row, (jhi + wz) * el, p.PW * el);
+      }
+    } else {
+      zero(row, (edges ? 0 : max(jlo - wz, -shift)) * el, (edges ? p.PW : jhi + wz) * el);
+    }
+  };
+  // A 16-bit element has no cp.async: where a lane's kHeld elements hold a
+  // whole row, a warp loads kRowsInFlight rows before it stores any (one
+  // short row's loads at a time left each warp waiting on global memory for
+  // every row, perf-history S65-S66); longer rows take the element loop
+  // below, whose loads ptxas already keeps many of in flight.
+  constexpr int kRowsInFlight = 3, kHeld = 2;
+  if constexpr (sizeof(T) == 2 && !WORDS) {
+    if (!p.vec && ne <= 32 * kHeld) {
+      for (int c = 0; c < nrun; ++c) {
+        for (int i0 = warp; i0 < tg.rows_in; i0 += kRowsInFlight * NWARPS) {
+          const T* src[kRowsInFlight];
+          T v[kRowsInFlight][kHeld];
+#pragma unroll
+          for (int u = 0; u < kRowsInFlight; ++u) {
+            const int i = i0 + u * NWARPS;
+            src[u] = i < tg.rows_in ? source(c, i) : nullptr;
+#pragma unroll
+            for (int k = 0; k < kHeld; ++k) {
+              const int e = lane + 32 * k;
+              v[u][k] = src[u] != nullptr && e < ne ? src[u][e] : from_f<T>(0.f);
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < kRowsInFlight; ++u) {
+            const int i = i0 + u * NWARPS;
+            if (i >= tg.rows_in) break;
+            T* row = patch + c * p.CS + i * p.rstr;
+            if (src[u] != nullptr) {
+#pragma unroll
+              for (int k = 0; k < kHeld; ++k) {
+                if (lane + 32 * k < ne) row[jlo * el + lane + 32 * k] = v[u][k];
+              }
+            }
+            zeros(row, src[u] != nullptr);
+          }
+        }
+      }
+      return;
+    }
+  }
   for (int c = 0; c < nrun; ++c) {
     for (int i = warp; i < tg.rows_in; i += NWARPS) {
-      const int h = tg.h0 + i;
       T* row = patch + c * p.CS + i * p.rstr;
-      if (h >= 0 && h < p.H && (NCH == kC || c0 + c < p.C)) {
-        const int col = xc0 + jlo;  // >= 0
-        const size_t src = p.nhwc ? (((size_t)tg.n * p.H + h) * p.W + col) * kC
-                                  : (size_t)tg.n * p.xs.n + ((size_t)(c0 + c) * p.H + h) * p.W + col;
-        copy(row + jlo * el, x + src, (jhi - jlo) * el);
-        if (edges) {
-          zero(row, 0, (jlo - wz) * el);
-          zero(row, (jhi + wz) * el, p.PW * el);
-        }
-      } else {
-        zero(row, (edges ? 0 : max(jlo - wz, -shift)) * el, (edges ? p.PW : jhi + wz) * el);
-      }
+      const T* src = source(c, i);
+      if (src != nullptr) copy(row + jlo * el, src, ne);
+      zeros(row, src != nullptr);
     }
   }
 }
