@@ -441,6 +441,47 @@ def test_forward_gather_widened_rows(shape, dtype):
         assert names[0].startswith("widen+fwd_") and names[1].startswith("widen+") == (w % 8 != 0), names
 
 
+# 16-bit rows the gather kernels keep unwidened that are not whole 16-byte units have no
+# cp.async: they are copied through registers, rows of up to 64 elements three a warp (all their
+# loads before their stores), longer ones element by element. Around that bound (63, 64 and 66
+# elements a row; 127 on the staged and mma.sync kernels), NCHW and channels_last, from an aligned
+# input and one an element off a boundary: within the dtype's bound of float64, every output
+# written, and the misaligned input the same kernel and the same bits as the aligned one (at 64
+# elements the aligned rows are 16-byte copies; untimed).
+REGISTER_ROW_SHAPES = [
+    (64, 3, 96, 63, 63, 2, False),
+    (64, 3, 96, 64, 64, 0, False),
+    (64, 3, 128, 63, 63, 2, False),
+    (16, 3, 96, 21, 21, 2, True),
+    (16, 3, 96, 22, 22, 2, True),
+    (256, 3, 64, 127, 127, 2, False),
+    (64, 3, 128, 127, 127, 2, False),
+]
+
+
+@pytest.mark.parametrize("shape", REGISTER_ROW_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_forward_gather_register_rows(shape, dtype):
+    n, c, k, h, w, p, channels_last = shape
+    x, wt, b = make_inputs(n, c, k, h, w, dtype=dtype, device="cuda")
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+        off = torch.empty(x.numel() + 1, dtype=dtype, device="cuda")[1:].view(n, h, w, c).permute(0, 3, 1, 2)
+    else:
+        off = torch.empty(x.numel() + 1, dtype=dtype, device="cuda")[1:].view(x.shape)
+    off.copy_(x)
+    ref = reference(x, wt, b, p)
+    _poison_allocator(ref.numel(), dtype)
+    with untimed():
+        got, aligned = alexop.conv11s4(off, wt, b, p), alexop.conv11s4(x, wt, b, p)
+        names = [guesses(alexop.kernel_for(t, wt, p))["forward"] for t in (off, x)]
+    assert torch.isfinite(got).all(), "some output element was not written"
+    assert rel_l2(got, ref) <= REL_L2[dtype], names
+    if wgmma_kernels_run():
+        assert names[0] == names[1] and not names[0].startswith("widen+"), names
+        torch.testing.assert_close(got, aligned, rtol=0, atol=0)
+
+
 # The phase-plane weight gradient reads grad_output from the 16-byte boundary at or before it
 # (so at any alignment) and its slices of 96 filters in place (160 filters: 96 + 64): the same
 # bits from a grad_output 6 bytes off a boundary as from an aligned one.
