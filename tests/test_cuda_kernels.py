@@ -718,6 +718,30 @@ def test_input_grad_accuracy(shape, dtype, mode, bound):
         torch.testing.assert_close(got.double().cpu(), want, atol=1e-4, rtol=1e-4)
 
 
+# alexop's kernels write NCHW: a channels_last result is the operator's copy of one (32 or more
+# channels: 32 x 32 tiles through shared memory, partial tiles included; fewer: ATen's copy).
+# Input gradients of 2-33 channels, small and odd images, every dtype: channels_last strides,
+# every element written, the NCHW gradient's values bit for bit (where cuDNN is the guess,
+# within the dtype's bound of the NCHW result).
+@pytest.mark.parametrize("c", [2, 3, 4, 5, 8, 16, 31, 32, 33])
+@pytest.mark.parametrize("hw", [(15, 11), (63, 63), (47, 130)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+def test_input_grad_channels_last_copy(c, hw, dtype):
+    (h, w), n = hw, 3
+    x, wt, _ = make_inputs(n, c, 16, h, w, dtype=dtype, device="cuda")
+    grad = torch.randn(n, 16, (h + 4 - 11) // 4 + 1, (w + 4 - 11) // 4 + 1, device="cuda").to(dtype)
+    want = torch.ops.alexop.conv11s4_backward_input(grad, wt, [n, c, h, w], 2)
+    _poison_allocator(n * c * h * w, dtype)
+    got = torch.ops.alexop.conv11s4_backward_input(grad.to(memory_format=torch.channels_last), wt, [n, c, h, w], 2)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    assert torch.isfinite(got).all(), "some input-gradient element was not written"
+    guess = alexop.kernel_for(x.to(memory_format=torch.channels_last), wt, 2)["input_grad"].split("|")[0]
+    if "cudnn" in guess:
+        assert rel_l2(got, want) <= REL_L2[dtype], guess
+    else:
+        assert torch.equal(got, want), guess
+
+
 def test_float32_matmul_precision_selects_the_mode():
     x, wt, b = make_inputs(8, 3, 96, 224, 224, device="cuda")
     ref = reference(x, wt, b)
