@@ -413,6 +413,22 @@ def test_forward_planes_odd_width(shape, dtype, channels_last):
         assert guesses(names)["forward"] == f"widen+fwd_planes_{kind}{groups}", names
 
 
+def _forward_one_element_off(x, wt, b, p):
+    """The untimed forward of a copy of x one element past a 16-byte boundary (x's strides) and of
+    x itself: (the copy's output, x's, the guessed forward kernel of each), the copy's output
+    checked first: every element written, within the dtype's bound of float64."""
+    off = torch.empty(x.numel() + 1, dtype=x.dtype, device="cuda")[1:].as_strided(x.shape, x.stride())
+    off.copy_(x)
+    ref = reference(x, wt, b, p)
+    _poison_allocator(ref.numel(), x.dtype)
+    with untimed():
+        got, aligned = alexop.conv11s4(off, wt, b, p), alexop.conv11s4(x, wt, b, p)
+        names = [guesses(alexop.kernel_for(t, wt, p))["forward"] for t in (off, x)]
+    assert torch.isfinite(got).all(), "some output element was not written"
+    assert rel_l2(got, ref) <= REL_L2[x.dtype], names
+    return got, aligned, names
+
+
 # 16-bit NCHW inputs whose rows are not whole 16-byte units (odd widths, an input one element
 # off a boundary) run the gather kernels on a copy of rows widened with zeros to whole units
 # where the staged kernel fills the GPU and there are more than 64 filters ("widen+"; 227 x 227
@@ -427,15 +443,7 @@ def test_forward_planes_odd_width(shape, dtype, channels_last):
 def test_forward_gather_widened_rows(shape, dtype):
     n, c, k, h, w, p = shape
     x, wt, b = make_inputs(n, c, k, h, w, dtype=dtype, device="cuda")
-    off = torch.empty(x.numel() + 1, dtype=dtype, device="cuda")[1:].view(x.shape)
-    off.copy_(x)
-    ref = reference(x, wt, b, p)
-    _poison_allocator(ref.numel(), dtype)
-    with untimed():
-        got, aligned = alexop.conv11s4(off, wt, b, p), alexop.conv11s4(x, wt, b, p)
-        names = [guesses(alexop.kernel_for(t, wt, p))["forward"] for t in (off, x)]
-    assert torch.isfinite(got).all(), "some output element was not written"
-    assert rel_l2(got, ref) <= REL_L2[dtype], names
+    got, aligned, names = _forward_one_element_off(x, wt, b, p)
     torch.testing.assert_close(got, aligned, rtol=0, atol=0)
     if wgmma_kernels_run():
         assert names[0].startswith("widen+fwd_") and names[1].startswith("widen+") == (w % 8 != 0), names
@@ -466,17 +474,7 @@ def test_forward_gather_register_rows(shape, dtype):
     x, wt, b = make_inputs(n, c, k, h, w, dtype=dtype, device="cuda")
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
-        off = torch.empty(x.numel() + 1, dtype=dtype, device="cuda")[1:].view(n, h, w, c).permute(0, 3, 1, 2)
-    else:
-        off = torch.empty(x.numel() + 1, dtype=dtype, device="cuda")[1:].view(x.shape)
-    off.copy_(x)
-    ref = reference(x, wt, b, p)
-    _poison_allocator(ref.numel(), dtype)
-    with untimed():
-        got, aligned = alexop.conv11s4(off, wt, b, p), alexop.conv11s4(x, wt, b, p)
-        names = [guesses(alexop.kernel_for(t, wt, p))["forward"] for t in (off, x)]
-    assert torch.isfinite(got).all(), "some output element was not written"
-    assert rel_l2(got, ref) <= REL_L2[dtype], names
+    got, aligned, names = _forward_one_element_off(x, wt, b, p)
     if wgmma_kernels_run():
         assert names[0] == names[1] and not names[0].startswith("widen+"), names
         torch.testing.assert_close(got, aligned, rtol=0, atol=0)
