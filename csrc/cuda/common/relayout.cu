@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace alexop::cuda {
 namespace {
@@ -62,6 +63,70 @@ void launch(const at::Tensor& in, const at::Tensor& out, bool to_nchw) {
     relayout_kernel<T, false><<<grid, block, 0, stream>>>(src, dst, HW, C);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// An NCHW tensor of C channels whose pixel is 8, 16, 32 or 64 bytes to
+// channels_last, where the tile kernel would leave most of a warp idle on
+// the channels' side: a thread reads the C channels of PIX pixels (a warp's
+// loads along a channel's row, C * PIX of them in flight) and writes each
+// pixel's channels as whole 8- or 16-byte stores, a warp's 32 pixels one
+// contiguous span. T: the elements' bits.
+template <typename T, int C, int PIX>
+__global__ void __launch_bounds__(256) pixels_to_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out,
+                                                             int HW, int pixels) {
+  constexpr int kBytes = C * sizeof(T);
+  static_assert(kBytes == 8 || kBytes % 16 == 0, "whole 8- or 16-byte stores");
+  using V = std::conditional_t<kBytes == 8, uint2, uint4>;
+  constexpr int kVecs = kBytes / sizeof(V);
+  const int q0 = blockIdx.x * blockDim.x * PIX + threadIdx.x;
+  T v[PIX][C];
+#pragma unroll
+  for (int j = 0; j < PIX; ++j) {
+    const int q = q0 + j * blockDim.x, n = q / HW;
+    const T* src = in + int64_t{n} * HW * C + (q - n * HW);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      if (q < pixels) v[j][c] = src[int64_t{c} * HW];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < PIX; ++j) {
+    const int q = q0 + j * blockDim.x;
+    if (q >= pixels) continue;
+    V w[kVecs];
+    memcpy(w, v[j], kBytes);
+    V* dst = reinterpret_cast<V*>(out + int64_t{q} * C);
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) dst[i] = w[i];
+  }
+}
+
+template <typename T, int C>
+void launch_pixels_to_nhwc(const at::Tensor& in, const at::Tensor& out) {
+  constexpr int kThreads = 256, kPix = C >= 16 ? 1 : 16 / C;  // 16 loads in flight a thread at least
+  const int64_t HW = in.size(2) * in.size(3), pixels = in.size(0) * HW;
+  const int64_t blocks = (pixels + kThreads * kPix - 1) / (kThreads * kPix);
+  pixels_to_nhwc_kernel<T, C, kPix><<<(unsigned)blocks, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+      static_cast<const T*>(in.const_data_ptr()), static_cast<T*>(out.mutable_data_ptr()), (int)HW, (int)pixels);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The pixels_to_nhwc_kernel launcher for x's element size and channels;
+// null where none is built (pixels of other sizes, or past 32-bit pixel
+// counts: ATen's copy).
+using PixelsLauncher = void (*)(const at::Tensor&, const at::Tensor&);
+PixelsLauncher pixels_to_nhwc_for(const at::Tensor& x) {
+  const int64_t C = x.size(1);
+  if (x.numel() == 0 || x.numel() / C >= INT32_MAX - 4096) return nullptr;
+  if (x.element_size() == 2) {
+    return C == 4 ? launch_pixels_to_nhwc<uint16_t, 4>
+         : C == 8 ? launch_pixels_to_nhwc<uint16_t, 8>
+         : C == 16 ? launch_pixels_to_nhwc<uint16_t, 16> : nullptr;
+  }
+  return C == 2 ? launch_pixels_to_nhwc<uint32_t, 2>
+       : C == 4 ? launch_pixels_to_nhwc<uint32_t, 4>
+       : C == 8 ? launch_pixels_to_nhwc<uint32_t, 8>
+       : C == 16 ? launch_pixels_to_nhwc<uint32_t, 16> : nullptr;
 }
 
 // Strides of a 4-D input, in elements: within an image 32-bit offsets (the
@@ -239,12 +304,19 @@ at::Tensor relayout(const at::Tensor& t, at::MemoryFormat layout) {
   // the tile kernel serves the dense 4-D layouts of the fallbacks' dtypes
   // with rows of 32 channels or more (fewer leave most of a warp idle on
   // the channels' side), grids of at most 65535 images and channel tiles;
-  // fewer channels to NCHW take zero_padded_copy; anything else is ATen's
-  // copy
+  // fewer channels to NCHW take zero_padded_copy, to channels_last pixels
+  // of 8-64 bytes pixels_to_nhwc; anything else is ATen's copy
   const bool dense = t.dim() == 4 && t.is_contiguous(to_nchw ? nhwc : nchw);
   const auto type = t.scalar_type();
   const bool typed = type == at::kFloat || type == at::kHalf || type == at::kBFloat16;
   if (dense && to_nchw && t.size(1) < kTile) return zero_padded_copy(t, t.size(1), t.size(3));
+  if (dense && typed && t.size(1) < kTile) {
+    if (const auto launch_pixels = pixels_to_nhwc_for(t)) {
+      auto out = at::empty(t.sizes(), t.options().memory_format(layout));
+      launch_pixels(t, out);
+      return out;
+    }
+  }
   if (!dense || !typed || t.size(1) < kTile || t.size(0) > 65535 || t.size(1) > 65535 * kTile ||
       t.numel() == 0) {
     return t.contiguous(layout);
