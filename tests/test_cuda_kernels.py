@@ -717,7 +717,8 @@ def test_input_grad_accuracy(shape, dtype, mode, bound):
 
 
 # alexop's kernels write NCHW: a channels_last result is the operator's copy of one (32 or more
-# channels: 32 x 32 tiles through shared memory, partial tiles included; fewer: ATen's copy).
+# channels: 32 x 32 tiles through shared memory, partial tiles included; 2, 4, 8 and 16: a
+# thread a pixel, whole-pixel vector stores; other counts: ATen's copy).
 # Input gradients of 2-33 channels, small and odd images, every dtype: channels_last strides,
 # every element written, the NCHW gradient's values bit for bit (where cuDNN is the guess,
 # within the dtype's bound of the NCHW result).

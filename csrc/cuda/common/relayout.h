@@ -4,7 +4,9 @@
 // fallbacks run either. ATen's copy between the two layouts runs at a
 // fraction of the memory bandwidth (docs/design.md); a tiled transpose of
 // each image's (pixels x channels) matrix through shared memory reads and
-// writes whole rows.
+// writes whole rows, and an NCHW tensor of a few channels goes to
+// channels_last a thread a pixel (its channels' loads along the rows, the
+// pixel's whole 8- or 16-byte stores).
 
 #include <ATen/core/Tensor.h>
 
