@@ -2,6 +2,7 @@
 
     python scripts/ab.py run LABEL CASE... [--cudnn] [--guess] [--reps 30] > LABEL.jsonl
     python scripts/ab.py join A.jsonl B.jsonl
+    python scripts/ab.py profile CASE...
 
 run times the alexop that Python imports (one build a process: PYTHONPATH picks it) and
 prints one JSON line a case: the forward's kernel names (kernel_for), the GPU time of one
@@ -9,7 +10,8 @@ call or step queued behind a sleep kernel (bench.py's timing), the lower of two 
 --reps, and the relative L2 error against float64. --cudnn adds F.conv2d's time, the faster
 of NCHW and channels_last at the same precision; --guess the time of the untimed guess
 (under torch.backends.cudnn.deterministic the first of two timed choices runs). join prints
-B / A for the cases both files hold.
+B / A for the cases both files hold. profile prints, for each case, the GPU time of every kernel
+one call or step launches (torch.profiler, the mean of 5 after 5 warm-ups), largest first.
 
 CASE is N,C_in,C_out,H,W,padding,mode,layout,step, e.g. 64,3,96,224,224,2,bf16,nhwc,fwd:
 mode fp32 (fp32-accurate), tf32, bf16 or fp16; layout nchw or nhwc (the input's); step
@@ -64,9 +66,8 @@ def step_of(conv, x, w, b, dy, step):
     return run
 
 
-def run_case(case, reps, cudnn, guess):
-    from bench import time_ms
-
+def inputs(case):
+    """The case's precision set, and fresh random x, w, b and a grad_output dy of the output's shape."""
     import alexop
 
     n, c, k, h, w_, pad, mode, layout, step = case
@@ -78,7 +79,16 @@ def run_case(case, reps, cudnn, guess):
     w = (torch.randn(k, c, 11, 11, device="cuda") / (c * 121) ** 0.5).to(dtype)
     b = torch.randn(k, device="cuda").to(dtype)
     y = alexop.conv11s4(x, w, b, pad)
-    dy = torch.randn_like(y)
+    return x, w, b, y, torch.randn_like(y)
+
+
+def run_case(case, reps, cudnn, guess):
+    from bench import time_ms
+
+    import alexop
+
+    pad, layout, step = case[5], case[7], case[8]
+    x, w, b, y, dy = inputs(case)
     ref = F.conv2d(x.double(), w.double(), b.double(), stride=4, padding=pad)
     out = {"case": list(case), "kernels": alexop.kernel_for(x, w, pad),
            "rel_l2": ((y.double() - ref).norm() / ref.norm()).item()}
@@ -100,6 +110,33 @@ def run_case(case, reps, cudnn, guess):
         other = x.contiguous() if layout == "nhwc" else x.to(memory_format=torch.channels_last)
         out["cudnn_ms"] = min(best(step_of(theirs, xx, w, b, dy, step)) for xx in (x, other))
     return out
+
+
+def profile(case) -> None:
+    """Print each kernel's GPU time in one call or step of case (the mean of 5, after 5 warm-ups)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    import alexop
+
+    pad, step = case[5], case[8]
+    x, w, b, _, dy = inputs(case)
+    run = step_of(lambda x, w, b: alexop.conv11s4(x, w, b, pad), x, w, b, dy, step)
+    for _ in range(5):
+        run()
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            run()
+        torch.cuda.synchronize()
+    us = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            us[e.name] = us.get(e.name, 0.0) + e.device_time / 5
+    print(f"== {','.join(map(str, case))}: {sum(us.values()) / 1000:.4f} ms of kernels a step; "
+          f"{alexop.kernel_for(x, w, pad)}")
+    for name, t in sorted(us.items(), key=lambda item: -item[1]):
+        print(f"  {t:9.1f} us  {name[:120]}")
 
 
 def join(a_file: str, b_file: str) -> None:
@@ -131,10 +168,16 @@ def main() -> None:
     both = sub.add_parser("join", help="B / A for the cases of two run outputs")
     both.add_argument("a")
     both.add_argument("b")
+    prof = sub.add_parser("profile", help="each kernel's GPU time in a case's call or step")
+    prof.add_argument("cases", nargs="+", help="N,C_in,C_out,H,W,padding,mode,layout,step or @FILE")
     args = parser.parse_args()
     if args.command == "join":
         return join(args.a, args.b)
     cases = read_cases(args.cases)
+    if args.command == "profile":
+        for case in cases:
+            profile(case)
+        return
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench.py's timing
     print(f"# {args.label}: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     for case in cases:
