@@ -628,6 +628,30 @@ def test_weight_grad_gmma_channels_last_grad_output(c, k, hw, mode, x_channels_l
         assert "wgrad_gmma" in name and "_dynhwc" in name, name
 
 
+# Beside cuDNN's weight gradient, the bias gradient is alexop's sum of grad_output as given:
+# NCHW and channels_last along their rows, in float, in a fixed order (other strides: ATen's
+# sum). 16 filters (fewer than a warp), 64, 96 (not a power of two) and 384 (more than a block
+# of threads), outputs of odd sizes: within the dtype's bound of the float64 sum, the same bits
+# on a second run.
+@pytest.mark.parametrize("k", [16, 64, 96, 384])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc", "expanded"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+def test_cudnn_weight_grad_bias(k, layout, dtype):
+    x, wt, _ = make_inputs(8, 16, k, 63, 67, dtype=dtype, device="cuda")
+    grad = torch.randn(8, k, 15, 16, device="cuda").to(dtype)
+    if layout == "nhwc":
+        x, grad = x.to(memory_format=torch.channels_last), grad.to(memory_format=torch.channels_last)
+    elif layout == "expanded":
+        grad = grad[:1].expand_as(grad)
+    got = torch.ops.alexop.conv11s4_backward_weight(grad, x, 2, True)[1]
+    again = torch.ops.alexop.conv11s4_backward_weight(grad, x, 2, True)[1]
+    assert got.dtype == dtype and got.shape == (k,)
+    assert rel_l2(got, grad.double().sum((0, 2, 3))) <= REL_L2[dtype]
+    assert torch.equal(got, again)
+    if wgmma_kernels_run():
+        assert guesses(alexop.kernel_for(x, wt, 2))["weight_grad"] == "wgrad_cudnn"
+
+
 # 16-bit channels_last inputs are transposed to NCHW for the weight gradient
 # (3 channels, H x W a multiple of 8: the operator's own 16-byte transpose;
 # otherwise contiguous(); an odd width, a copy one column wider): the gradients

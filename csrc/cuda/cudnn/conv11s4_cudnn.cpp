@@ -4,6 +4,7 @@
 #include "../common/problem.h"
 #include "../common/relayout.h"
 #include "../common/timed.h"
+#include "../weight_grad/bias.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/_convolution.h>
@@ -139,25 +140,25 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cudnn(
   // Only the weight's sizes and options are read by the weight gradient.
   // Untimed, it runs in grad_output's layout: cuDNN in one layout beats a
   // mixed one, and a copy of grad_output cost more than its channels_last
-  // kernels saved (docs/perf-history.md, S17).
+  // kernels saved (docs/perf-history.md, S17). The bias gradient is
+  // alexop's sum of grad_output as given (ATen's, which convolution_backward
+  // runs, reads a channels_last grad_output slowly), outside the timing.
   const int64_t pad[] = {padding, padding};
   const int64_t no_output_padding[] = {0, 0};
-  const int64_t bias_sizes[] = {out_channels};
   const CudnnTf32Scope tf32(allow_tf32);
   const auto run = [&](at::MemoryFormat layout) {
     const auto weight = at::empty(
         {out_channels, input.size(1), kKernelSize, kKernelSize}, input.options().memory_format(layout));
-    auto [unused, grad_weight, grad_bias] = at::convolution_backward(
-        relayout(grad_output, layout), relayout(input, layout), weight,
-        bias_grad ? at::OptionalIntArrayRef(bias_sizes) : at::OptionalIntArrayRef(), kStrides, pad,
-        kDilation, /*transposed=*/false, no_output_padding, /*groups=*/1, {false, true, bias_grad});
-    return std::make_tuple(grad_weight.contiguous(), bias_grad ? grad_bias : at::empty({0}, input.options()));
+    const auto grad_weight = std::get<1>(at::convolution_backward(
+        relayout(grad_output, layout), relayout(input, layout), weight, at::OptionalIntArrayRef(), kStrides, pad,
+        kDilation, /*transposed=*/false, no_output_padding, /*groups=*/1, {false, true, false}));
+    return grad_weight.contiguous();
   };
   const auto layout = faster_layout(
       timed_key(Decision::kWeightGradLayout, input, input.sizes(), out_channels, padding, allow_tf32, bias_grad,
                  grad_output.suggest_memory_format()),
       grad_output.suggest_memory_format(), run);
-  return run(layout);
+  return {run(layout), bias_grad ? weight_grad::bias_grad(grad_output) : at::empty({0}, input.options())};
 }
 
 }  // namespace alexop::cuda
