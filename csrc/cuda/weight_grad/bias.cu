@@ -19,6 +19,15 @@ namespace alexop::cuda::weight_grad {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kUnroll = 8;  // loads in flight a thread
+
+// A thread's accumulators added in a fixed order.
+__device__ float sum_of(const float (&acc)[kUnroll]) {
+  float v = 0.f;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) v += acc[u];
+  return v;
+}
 
 // The block's sum of its threads' v, in a fixed order; thread 0's is whole.
 __device__ float block_sum(float v, float* shared) {
@@ -34,23 +43,23 @@ __device__ float block_sum(float v, float* shared) {
 }
 
 // NCHW: block (k, s) sums channel k's planes of images s, s + S, ... along
-// their rows (four loads in flight a thread) into partial[s][k].
+// their rows (kUnroll loads in flight a thread) into partial[s][k].
 template <typename T>
 __global__ void __launch_bounds__(kThreads) bias_nchw_kernel(const T* __restrict__ dy, float* __restrict__ partial,
                                                              int N, int K, int HW) {
   __shared__ float shared[kThreads / 32];
   const int k = blockIdx.x, s = blockIdx.y, S = gridDim.y;
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  float acc[kUnroll] = {};
   for (int n = s; n < N; n += S) {
     const T* plane = dy + (int64_t{n} * K + k) * HW;
     int i = threadIdx.x;
-    for (; i + 3 * kThreads < HW; i += 4 * kThreads) {
+    for (; i + (kUnroll - 1) * kThreads < HW; i += kUnroll * kThreads) {
 #pragma unroll
-      for (int u = 0; u < 4; ++u) acc[u] += to_f(plane[i + u * kThreads]);
+      for (int u = 0; u < kUnroll; ++u) acc[u] += to_f(plane[i + u * kThreads]);
     }
     for (; i < HW; i += kThreads) acc[0] += to_f(plane[i]);
   }
-  const float v = block_sum((acc[0] + acc[1]) + (acc[2] + acc[3]), shared);
+  const float v = block_sum(sum_of(acc), shared);
   if (threadIdx.x == 0) partial[int64_t{s} * K + k] = v;
 }
 
@@ -65,16 +74,21 @@ __global__ void __launch_bounds__(kThreads) bias_nhwc_kernel(const T* __restrict
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * blockDim.x + tx;
   for (int k0 = 0; k0 < K; k0 += blockDim.x) {
     const int k = k0 + tx;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    float acc[kUnroll] = {};
     if (k < K) {
+      const int64_t step = int64_t{blockDim.y} * K;  // elements between a thread's rows
       int64_t r = r0 + ty;
-      for (; r + 3 * blockDim.y < r1; r += 4 * blockDim.y) {
+      for (; r + (kUnroll - 1) * blockDim.y < r1; r += kUnroll * blockDim.y) {
+        const T* row = dy + r * K + k;
+        T v[kUnroll];  // every load issued before the first add
 #pragma unroll
-        for (int u = 0; u < 4; ++u) acc[u] += to_f(dy[(r + u * blockDim.y) * K + k]);
+        for (int u = 0; u < kUnroll; ++u) v[u] = row[u * step];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) acc[u] += to_f(v[u]);
       }
       for (; r < r1; r += blockDim.y) acc[0] += to_f(dy[r * K + k]);
     }
-    shared[tid] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    shared[tid] = sum_of(acc);
     __syncthreads();
     if (ty == 0 && k < K) {
       float v = 0.f;
@@ -104,16 +118,16 @@ void launch(const at::Tensor& dy, const at::Tensor& bias, bool nhwc) {
   int64_t S = 0;
   at::Tensor partial;
   if (!nhwc) {
-    // four blocks an SM, no slice without an image
-    S = std::clamp<int64_t>((4 * sms + K - 1) / K, 1, std::min<int64_t>(N, 65535));
+    // eight blocks an SM, no slice without an image
+    S = std::clamp<int64_t>((8 * sms + K - 1) / K, 1, std::min<int64_t>(N, 65535));
     partial = at::empty({S, K}, dy.options().dtype(at::kFloat));
     bias_nchw_kernel<T><<<dim3((unsigned)K, (unsigned)S), kThreads, 0, stream>>>(
         src, partial.mutable_data_ptr<float>(), (int)N, (int)K, (int)HW);
   } else {
     const int tx = (int)std::min<int64_t>(kThreads, (K + 31) / 32 * 32), ty = kThreads / tx;
     const int64_t pixels = N * HW;
-    // four blocks an SM, each at least 8 rows a thread row
-    S = std::clamp<int64_t>(pixels / (8 * ty), 1, 4 * sms);
+    // eight blocks an SM, each at least kUnroll rows a thread row
+    S = std::clamp<int64_t>(pixels / (kUnroll * ty), 1, 8 * sms);
     const int64_t rows = (pixels + S - 1) / S;
     S = (pixels + rows - 1) / rows;
     partial = at::empty({S, K}, dy.options().dtype(at::kFloat));
