@@ -124,7 +124,8 @@ void launch(const at::Tensor& dy, const at::Tensor& bias, bool nhwc) {
     bias_nchw_kernel<T><<<dim3((unsigned)K, (unsigned)S), kThreads, 0, stream>>>(
         src, partial.mutable_data_ptr<float>(), (int)N, (int)K, (int)HW);
   } else {
-    const int tx = (int)std::min<int64_t>(kThreads, (K + 31) / 32 * 32), ty = kThreads / tx;
+    // fewer filters than a warp: a warp reads 32 / K whole rows, one run
+    const int tx = (int)(K < 32 ? K : std::min<int64_t>(kThreads, (K + 31) / 32 * 32)), ty = kThreads / tx;
     const int64_t pixels = N * HW;
     // eight blocks an SM, each at least kUnroll rows a thread row
     S = std::clamp<int64_t>(pixels / (kUnroll * ty), 1, 8 * sms);
