@@ -99,14 +99,17 @@ __global__ void __launch_bounds__(kThreads) bias_nhwc_kernel(const T* __restrict
   }
 }
 
-// bias[k] = the sum of partial[s][k] over s, in order.
+// bias[k] = the sum of partial[s][k] over s: a warp a channel, lane l adding
+// s = l, l + 32, ... in order, then the lanes in a fixed tree (a thread a
+// channel made S dependent loads one chain).
 template <typename T>
 __global__ void bias_partials_kernel(const float* __restrict__ partial, T* __restrict__ bias, int S, int K) {
-  const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k >= K) return;
+  const int k = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (k >= K) return;  // warp-uniform
   float v = 0.f;
-  for (int s = 0; s < S; ++s) v += partial[int64_t{s} * K + k];
-  bias[k] = from_f<T>(v);
+  for (int s = lane; s < S; s += 32) v += partial[int64_t{s} * K + k];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  if (lane == 0) bias[k] = from_f<T>(v);
 }
 
 template <typename T>
@@ -136,7 +139,7 @@ void launch(const at::Tensor& dy, const at::Tensor& bias, bool nhwc) {
                                                                  (int)K, rows);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  bias_partials_kernel<T><<<(unsigned)((K + 127) / 128), 128, 0, stream>>>(
+  bias_partials_kernel<T><<<(unsigned)((K + 3) / 4), 128, 0, stream>>>(
       partial.const_data_ptr<float>(), static_cast<T*>(bias.mutable_data_ptr()), (int)S, (int)K);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
