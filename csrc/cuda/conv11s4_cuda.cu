@@ -629,7 +629,7 @@ std::vector<std::string> kernel_for_gpu(
 
 at::Tensor space_to_depth_cuda(const at::Tensor& input, int64_t padding, int64_t rows, int64_t cols,
                                bool channels_last) {
-  TORCH_CHECK(input.dim() == 4, "alexop._space_to_depth: expected a 4-D input, got ", input.dim(), " dimensions");
+  TORCH_CHECK(input.dim() == 4, "alexop._space_to_depth: expected a 4-D input");
   check_dtype("alexop._space_to_depth", input, {at::kFloat, at::kHalf, at::kBFloat16}, "CUDA");
   TORCH_CHECK(cuda::space_to_depth_fits(input),
               "alexop._space_to_depth: expected at most 16 channels and an image of fewer than 2^31 elements");
