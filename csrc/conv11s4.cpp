@@ -38,6 +38,11 @@ TORCH_LIBRARY(alexop, m) {
   // CPU choices differ by), from the tensors' sizes, dtypes and layouts
   // alone: the CPU selection tests on any CPU.
   m.def("_kernel_for_cpu(Tensor input, Tensor weight, int padding, str cpu) -> str[]");
+  // The space-to-depth view of input that the cuDNN fallback may time
+  // (cuda/cudnn/space_to_depth.h): rows x cols 4 x 4 pixel blocks from the
+  // padding's top-left corner as 16C channels, in NCHW or channels_last. Its
+  // tests' entry; CUDA builds only.
+  m.def("_space_to_depth(Tensor input, int padding, int rows, int cols, bool channels_last) -> Tensor");
 }
 
 at::Tensor conv11s4(

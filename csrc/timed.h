@@ -17,7 +17,7 @@ namespace alexop {
 
 // What is chosen, the first entry of a key.
 enum class Decision : int64_t {
-  kForwardLayout,  // CUDA: cuDNN's NCHW or channels_last kernels
+  kForwardLayout,  // CUDA: cuDNN's way: NCHW or channels_last, direct or on the space-to-depth view
   kInputGradLayout,
   kWeightGradLayout,
   kWeightGradKernel,  // CUDA: alexop's weight-gradient slices or cuDNN

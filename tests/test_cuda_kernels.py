@@ -628,6 +628,66 @@ def test_weight_grad_gmma_channels_last_grad_output(c, k, hw, mode, x_channels_l
         assert "wgrad_gmma" in name and "_dynhwc" in name, name
 
 
+# Beside cuDNN's weight gradient, the bias gradient is alexop's sum of grad_output as given:
+# NCHW and channels_last along their rows, in float, in a fixed order (other strides: ATen's
+# sum). 16 filters (fewer than a warp), 64, 96 (not a power of two) and 384 (more than a block
+# of threads), outputs of odd sizes: within the dtype's bound of the float64 sum, the same bits
+# on a second run.
+@pytest.mark.parametrize("k", [16, 64, 96, 384])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc", "expanded"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+def test_cudnn_weight_grad_bias(k, layout, dtype):
+    x, wt, _ = make_inputs(8, 16, k, 63, 67, dtype=dtype, device="cuda")
+    grad = torch.randn(8, k, 15, 16, device="cuda").to(dtype)
+    if layout == "nhwc":
+        x, grad = x.to(memory_format=torch.channels_last), grad.to(memory_format=torch.channels_last)
+    elif layout == "expanded":
+        grad = grad[:1].expand_as(grad)
+    got = torch.ops.alexop.conv11s4_backward_weight(grad, x, 2, True)[1]
+    again = torch.ops.alexop.conv11s4_backward_weight(grad, x, 2, True)[1]
+    assert got.dtype == dtype and got.shape == (k,)
+    assert rel_l2(got, grad.double().sum((0, 2, 3))) <= REL_L2[dtype]
+    assert torch.equal(got, again)
+    if wgmma_kernels_run():
+        assert guesses(alexop.kernel_for(x, wt, 2))["weight_grad"] == "wgrad_cudnn"
+
+
+# The cuDNN fallback also times cuDNN's 3x3 kernels on the space-to-depth view
+# (cuda/cudnn/space_to_depth.h): the padded input's 4x4 pixel blocks as 16C channels, 16c + 4a + b
+# the pixel (a, b) of channel c. From either layout or a strided input, to either layout, 1-16
+# channels, paddings 0-5, odd sizes: every element bit for bit, zeros past the image, the rows and
+# columns no window reaches left out.
+def _space_to_depth_reference(x, pad, rows, cols):
+    n, c, h, w = x.shape
+    x = torch.nn.functional.pad(x, (pad, 4 * cols - w - pad, pad, 4 * rows - h - pad))
+    return x.reshape(n, c, rows, 4, cols, 4).permute(0, 1, 3, 5, 2, 4).reshape(n, 16 * c, rows, cols)
+
+
+@pytest.mark.parametrize("c", [1, 3, 8, 16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("h,w,pad", [(63, 63, 2), (127, 100, 0), (37, 41, 5), (224, 224, 2), (30, 287, 1)])
+@pytest.mark.parametrize("source", ["nchw", "channels_last", "strided"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["to_nchw", "to_channels_last"])
+def test_space_to_depth_view(c, dtype, h, w, pad, source, channels_last):
+    x = torch.randn(3, c, h, 2 * w if source == "strided" else w, device="cuda").to(dtype)
+    x = x[..., ::2] if source == "strided" else x
+    x = x.to(memory_format=torch.channels_last) if source == "channels_last" else x
+    rows, cols = (h + 2 * pad - 11) // 4 + 3, (w + 2 * pad - 11) // 4 + 3
+    got = torch.ops.alexop._space_to_depth(x, pad, rows, cols, channels_last)
+    assert got.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    assert torch.equal(got, _space_to_depth_reference(x, pad, rows, cols))
+
+
+@pytest.mark.parametrize("x,message", [
+    (torch.zeros(2, 17, 40, 40), "at most 16 channels"),
+    (torch.zeros(2, 3, 40, 40, dtype=torch.int32), "alexop._space_to_depth"),
+    (torch.zeros(3, 40, 40), "4-D"),
+], ids=["channels", "dtype", "dims"])
+def test_space_to_depth_view_errors(x, message):
+    with pytest.raises(RuntimeError, match=message):
+        torch.ops.alexop._space_to_depth(x.cuda(), 2, 10, 10, False)
+
+
 # 16-bit channels_last inputs are transposed to NCHW for the weight gradient
 # (3 channels, H x W a multiple of 8: the operator's own 16-byte transpose;
 # otherwise contiguous(); an odd width, a copy one column wider): the gradients

@@ -12,6 +12,7 @@
 #include "common/relayout.h"
 #include "common/timed.h"
 #include "cudnn/conv11s4_cudnn.h"
+#include "cudnn/space_to_depth.h"
 #include "forward/launch.h"
 #include "input_grad/launch.h"
 #include "weight_grad/launch.h"
@@ -626,6 +627,19 @@ std::vector<std::string> kernel_for_gpu(
       dense(input) ? Operand{operand(input).nhwc, kFresh.align} : kFresh);
 }
 
+at::Tensor space_to_depth_cuda(const at::Tensor& input, int64_t padding, int64_t rows, int64_t cols,
+                               bool channels_last) {
+  TORCH_CHECK(input.dim() == 4, "alexop._space_to_depth: expected a 4-D input");
+  check_dtype("alexop._space_to_depth", input, {at::kFloat, at::kHalf, at::kBFloat16}, "CUDA");
+  TORCH_CHECK(cuda::space_to_depth_fits(input),
+              "alexop._space_to_depth: expected at most 16 channels and an image of fewer than 2^31 elements");
+  TORCH_CHECK(padding >= 0 && rows >= 0 && cols >= 0,
+              "alexop._space_to_depth: expected padding, rows and cols of at least 0");
+  const c10::cuda::CUDAGuard guard(input.device());
+  return cuda::space_to_depth(input, padding, rows, cols,
+                              channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(alexop, CUDA, m) {
@@ -633,6 +647,7 @@ TORCH_LIBRARY_IMPL(alexop, CUDA, m) {
   m.impl("conv11s4_backward_input", &conv11s4_backward_input_cuda);
   m.impl("conv11s4_backward_weight", &conv11s4_backward_weight_cuda);
   m.impl("_kernel_for", &kernel_for_cuda);
+  m.impl("_space_to_depth", &space_to_depth_cuda);
 }
 
 // Any device: it reads sizes, dtypes and layouts only.

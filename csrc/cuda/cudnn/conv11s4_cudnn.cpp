@@ -4,6 +4,8 @@
 #include "../common/problem.h"
 #include "../common/relayout.h"
 #include "../common/timed.h"
+#include "../weight_grad/bias.h"
+#include "space_to_depth.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/_convolution.h>
@@ -11,12 +13,15 @@
 #include <ATen/ops/empty.h>
 
 #include <functional>
+#include <vector>
 
 namespace alexop::cuda {
 namespace {
 
 constexpr int64_t kStrides[] = {kStride, kStride};
 constexpr int64_t kDilation[] = {1, 1};
+constexpr int64_t kNoPadding[] = {0, 0};  // also the view's padding and output padding
+constexpr int64_t kUnitStrides[] = {1, 1};  // the space-to-depth view's
 
 // ATen's convolution_backward has no TF32 argument: it reads cuDNN's
 // permission from the global context. This sets it for one call and puts it
@@ -60,18 +65,33 @@ at::MemoryFormat forward_guess(int64_t K, int64_t output_pixels, at::ScalarType 
   return format;
 }
 
-// Output pixels over the batch.
-int64_t output_pixels(const at::Tensor& input, int64_t padding) {
-  const auto out = [&](int64_t d) { return (input.size(d) + 2 * padding - kKernelSize) / kStride + 1; };
-  return input.size(0) * out(2) * out(3);
+// The output's rows (d = 2) or columns (d = 3).
+int64_t output_size(const at::Tensor& input, int64_t padding, int d) {
+  return (input.size(d) + 2 * padding - kKernelSize) / kStride + 1;
 }
 
-// The faster of cuDNN's NCHW and channels_last kernels, run(layout) the op
-// in that layout, copies included.
-at::MemoryFormat faster_layout(
-    const TimedKey& key, at::MemoryFormat guess, const std::function<void(at::MemoryFormat)>& run) {
+// Output pixels over the batch.
+int64_t output_pixels(const at::Tensor& input, int64_t padding) {
+  return input.size(0) * output_size(input, padding, 2) * output_size(input, padding, 3);
+}
+
+// A way cuDNN runs an op: its 11 x 11 stride-4 kernels or (view) its 3 x 3
+// ones on the space-to-depth view (space_to_depth.h), in a layout.
+struct Way {
+  at::MemoryFormat layout;
+  bool view;
+};
+
+// The fastest of cuDNN's ways for key, run(way) the op that way, copies
+// included: both layouts, each also on the view where `view` allows it.
+// Untimed, the guess's layout without the view.
+Way fastest_way(const TimedKey& key, at::MemoryFormat guess, bool view, const std::function<void(const Way&)>& run) {
   const auto nchw = at::MemoryFormat::Contiguous, nhwc = at::MemoryFormat::ChannelsLast;
-  return fastest(key, guess == nhwc, {[&] { run(nchw); }, [&] { run(nhwc); }}) == 1 ? nhwc : nchw;
+  std::vector<Way> ways = {{nchw, false}, {nhwc, false}};
+  if (view) ways.insert(ways.end(), {{nchw, true}, {nhwc, true}});
+  std::vector<std::function<void()>> runs;
+  for (const Way& way : ways) runs.emplace_back([&run, way] { run(way); });
+  return ways[fastest(key, guess == nhwc ? 1 : 0, runs)];
 }
 
 }  // namespace
@@ -84,20 +104,25 @@ at::Tensor conv11s4_cudnn(
     bool allow_tf32,
     at::MemoryFormat format) {
   const int64_t pad[] = {padding, padding};
-  const int64_t no_output_padding[] = {0, 0};
-  const auto run = [&](at::MemoryFormat layout) {
-    const auto y = at::_convolution(
-        relayout(input, layout), relayout(weight, layout), bias, kStrides, pad, kDilation,
-        /*transposed=*/false, no_output_padding, /*groups=*/1, context().benchmarkCuDNN(),
-        context().deterministicCuDNN(), context().userEnabledCuDNN(), allow_tf32);
+  const auto run = [&](const Way& way) {
+    const auto convolve = [&](const at::Tensor& x, const at::Tensor& w, at::IntArrayRef strides, at::IntArrayRef p) {
+      return at::_convolution(x, w, bias, strides, p, kDilation, /*transposed=*/false, kNoPadding, /*groups=*/1,
+                              context().benchmarkCuDNN(), context().deterministicCuDNN(),
+                              context().userEnabledCuDNN(), allow_tf32);
+    };
+    const auto y = way.view ? convolve(space_to_depth(input, padding, output_size(input, padding, 2) + 2,
+                                                      output_size(input, padding, 3) + 2, way.layout),
+                                       space_to_depth_weight(weight, way.layout), kUnitStrides, kNoPadding)
+                            : convolve(relayout(input, way.layout), relayout(weight, way.layout), kStrides, pad);
     return relayout(y, format);
   };
   const int64_t K = weight.size(0);
-  const auto layout = faster_layout(
+  const auto way = fastest_way(
       timed_key(Decision::kForwardLayout, input, input.sizes(), K, padding, allow_tf32,
                  bias.has_value() && bias->defined(), format),
-      forward_guess(K, output_pixels(input, padding), input.scalar_type(), allow_tf32, format), run);
-  return run(layout);
+      forward_guess(K, output_pixels(input, padding), input.scalar_type(), allow_tf32, format),
+      space_to_depth_fits(input), run);
+  return run(way);
 }
 
 at::Tensor conv11s4_backward_input_cudnn(
@@ -115,18 +140,18 @@ at::Tensor conv11s4_backward_input_cudnn(
   const int64_t output_padding[] = {
       input_size[2] + 2 * padding - ((grad_output.size(2) - 1) * kStride + kKernelSize),
       input_size[3] + 2 * padding - ((grad_output.size(3) - 1) * kStride + kKernelSize)};
-  const auto run = [&](at::MemoryFormat layout) {
+  const auto run = [&](const Way& way) {
     const auto dx = at::_convolution(
-        relayout(grad_output, layout), relayout(weight, layout), std::nullopt, kStrides, pad, kDilation,
+        relayout(grad_output, way.layout), relayout(weight, way.layout), std::nullopt, kStrides, pad, kDilation,
         /*transposed=*/true, output_padding, /*groups=*/1, context().benchmarkCuDNN(),
         context().deterministicCuDNN(), context().userEnabledCuDNN(), allow_tf32);
     return relayout(dx, format);
   };
-  const auto layout = faster_layout(
+  const auto way = fastest_way(
       timed_key(Decision::kInputGradLayout, grad_output, input_size, weight.size(0), padding, allow_tf32, false,
                  format),
-      at::MemoryFormat::ChannelsLast, run);
-  return run(layout);
+      at::MemoryFormat::ChannelsLast, /*view=*/false, run);
+  return run(way);
 }
 
 std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cudnn(
@@ -139,25 +164,30 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cudnn(
   // Only the weight's sizes and options are read by the weight gradient.
   // Untimed, it runs in grad_output's layout: cuDNN in one layout beats a
   // mixed one, and a copy of grad_output cost more than its channels_last
-  // kernels saved (docs/perf-history.md, S17).
+  // kernels saved (docs/perf-history.md, S17). The bias gradient is
+  // alexop's sum of grad_output as given (ATen's, which convolution_backward
+  // runs, reads a channels_last grad_output slowly), outside the timing.
   const int64_t pad[] = {padding, padding};
-  const int64_t no_output_padding[] = {0, 0};
-  const int64_t bias_sizes[] = {out_channels};
   const CudnnTf32Scope tf32(allow_tf32);
-  const auto run = [&](at::MemoryFormat layout) {
-    const auto weight = at::empty(
-        {out_channels, input.size(1), kKernelSize, kKernelSize}, input.options().memory_format(layout));
-    auto [unused, grad_weight, grad_bias] = at::convolution_backward(
-        relayout(grad_output, layout), relayout(input, layout), weight,
-        bias_grad ? at::OptionalIntArrayRef(bias_sizes) : at::OptionalIntArrayRef(), kStrides, pad,
-        kDilation, /*transposed=*/false, no_output_padding, /*groups=*/1, {false, true, bias_grad});
-    return std::make_tuple(grad_weight.contiguous(), bias_grad ? grad_bias : at::empty({0}, input.options()));
+  const auto run = [&](const Way& way) {
+    const auto dy = relayout(grad_output, way.layout);
+    const auto grad_of = [&](const at::Tensor& x, int64_t taps, at::IntArrayRef strides, at::IntArrayRef p) {
+      const auto weight = at::empty({out_channels, x.size(1), taps, taps}, x.options().memory_format(way.layout));
+      return std::get<1>(at::convolution_backward(dy, x, weight, at::OptionalIntArrayRef(), strides, p, kDilation,
+                                                  /*transposed=*/false, kNoPadding, /*groups=*/1,
+                                                  {false, true, false}));
+    };
+    if (way.view) {
+      const auto x = space_to_depth(input, padding, dy.size(2) + 2, dy.size(3) + 2, way.layout);
+      return depth_to_space_weight(grad_of(x, 3, kUnitStrides, kNoPadding));
+    }
+    return grad_of(relayout(input, way.layout), kKernelSize, kStrides, pad).contiguous();
   };
-  const auto layout = faster_layout(
+  const auto way = fastest_way(
       timed_key(Decision::kWeightGradLayout, input, input.sizes(), out_channels, padding, allow_tf32, bias_grad,
                  grad_output.suggest_memory_format()),
-      grad_output.suggest_memory_format(), run);
-  return run(layout);
+      grad_output.suggest_memory_format(), space_to_depth_fits(input), run);
+  return {run(way), bias_grad ? weight_grad::bias_grad(grad_output) : at::empty({0}, input.options())};
 }
 
 }  // namespace alexop::cuda

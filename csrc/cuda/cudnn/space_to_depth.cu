@@ -1,0 +1,135 @@
+// The space-to-depth view for cuDNN (space_to_depth.h).
+
+#include "space_to_depth.h"
+
+#include <ATen/ops/constant_pad_nd.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+namespace alexop::cuda {
+namespace {
+
+constexpr int kCols = 32;  // blocks a CTA of one block row
+constexpr int kPix = 4 * kCols;
+// A staged row's pitch: four elements more, so that the channels_last
+// writes' reads of consecutive rows fall in different banks.
+constexpr int kPitch = kPix + 4;
+constexpr int kThreads = 256;
+constexpr int kMaxChannels = 16;  // the staged rows fit the default 48 KB
+
+// Block row i, blocks [j0, j0 + kCols) of image n: the block row's 4 input
+// rows of every channel staged as [c][a][pixel] (read along the image's
+// rows, zeros outside it), then written as the blocks' 16C channels: a
+// channels_last view a thread 4 values b = 0..3 of one (block, c, a), one
+// vector on both sides; an NCHW one a thread a value, along the view's rows.
+// T: the elements' bits.
+template <typename T, bool NHWC_IN, bool NHWC_OUT>
+__global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __restrict__ x, T* __restrict__ y, int N,
+                                                                  int C, int H, int W, int pad, int rows, int cols) {
+  using V = std::conditional_t<sizeof(T) == 2, uint2, uint4>;  // 4 elements
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* tile = reinterpret_cast<T*>(smem);
+  const int tiles = (cols + kCols - 1) / kCols;
+  const int i = blockIdx.x / tiles, j0 = (blockIdx.x - i * tiles) * kCols;
+  const int nj = cols - j0 < kCols ? cols - j0 : kCols, h0 = 4 * i - pad, w0 = 4 * j0 - pad, D = 16 * C;
+  for (int n = blockIdx.y; n < N; n += gridDim.y) {
+    const T* img = x + int64_t{n} * C * H * W;
+    for (int e = threadIdx.x; e < C * 4 * kPix; e += kThreads) {
+      int c, a, px;
+      if constexpr (NHWC_IN) {
+        c = e % C, px = (e / C) % kPix, a = e / (C * kPix);
+      } else {
+        px = e % kPix, a = (e / kPix) % 4, c = e / (4 * kPix);
+      }
+      const int h = h0 + a, w = w0 + px;
+      T v = 0;
+      if (h >= 0 && h < H && w >= 0 && w < W) {
+        v = NHWC_IN ? img[(int64_t{h} * W + w) * C + c] : img[(int64_t{c} * H + h) * W + w];
+      }
+      tile[(c * 4 + a) * kPitch + px] = v;
+    }
+    __syncthreads();
+    if constexpr (NHWC_OUT) {
+      T* out = y + ((int64_t{n} * rows + i) * cols + j0) * D;
+      for (int e = threadIdx.x; e < nj * 4 * C; e += kThreads) {
+        const int q = e / (4 * C), ca = e - q * 4 * C;  // channels 16c + 4a + [0, 4) = 4ca + [0, 4)
+        *reinterpret_cast<V*>(out + int64_t{q} * D + 4 * ca) = *reinterpret_cast<const V*>(tile + ca * kPitch + 4 * q);
+      }
+    } else {
+      for (int e = threadIdx.x; e < D * kCols; e += kThreads) {
+        const int d = e / kCols, q = e - d * kCols;
+        if (q < nj) y[((int64_t{n} * D + d) * rows + i) * cols + j0 + q] = tile[(d >> 2) * kPitch + 4 * q + (d & 3)];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T, bool NHWC_IN>
+void launch(const at::Tensor& x, const at::Tensor& y, int64_t pad, bool nhwc_out) {
+  const int64_t N = x.size(0), C = x.size(1), rows = y.size(2), cols = y.size(3);
+  const dim3 grid((unsigned)(rows * ((cols + kCols - 1) / kCols)), (unsigned)std::min<int64_t>(N, 65535));
+  const size_t smem = C * 4 * kPitch * sizeof(T);
+  const auto* src = static_cast<const T*>(x.const_data_ptr());
+  auto* dst = static_cast<T*>(y.mutable_data_ptr());
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const int H = (int)x.size(2), W = (int)x.size(3);
+  if (nhwc_out) {
+    space_to_depth_kernel<T, NHWC_IN, true><<<grid, kThreads, smem, stream>>>(
+        src, dst, (int)N, (int)C, H, W, (int)pad, (int)rows, (int)cols);
+  } else {
+    space_to_depth_kernel<T, NHWC_IN, false><<<grid, kThreads, smem, stream>>>(
+        src, dst, (int)N, (int)C, H, W, (int)pad, (int)rows, (int)cols);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+bool space_to_depth_fits(const at::Tensor& x) {
+  const int64_t N = std::max<int64_t>(x.size(0), 1);
+  return (x.element_size() == 2 || x.element_size() == 4) && x.size(1) <= kMaxChannels && x.numel() / N < INT32_MAX;
+}
+
+at::Tensor space_to_depth(const at::Tensor& x, int64_t padding, int64_t rows, int64_t cols, at::MemoryFormat layout) {
+  TORCH_INTERNAL_ASSERT(space_to_depth_fits(x));
+  const int64_t N = x.size(0), C = x.size(1);
+  // a tensor dense both ways (one channel, or one pixel) is read as NCHW
+  const auto in = x.is_contiguous() || x.is_contiguous(at::MemoryFormat::ChannelsLast) ? x : x.contiguous();
+  const bool nhwc_in = !in.is_contiguous(), nhwc_out = layout == at::MemoryFormat::ChannelsLast;
+  auto y = at::empty({N, 16 * C, rows, cols}, in.options().memory_format(layout));
+  if (y.numel() == 0) return y;
+  if (in.element_size() == 2) {
+    nhwc_in ? launch<uint16_t, true>(in, y, padding, nhwc_out) : launch<uint16_t, false>(in, y, padding, nhwc_out);
+  } else {
+    nhwc_in ? launch<uint32_t, true>(in, y, padding, nhwc_out) : launch<uint32_t, false>(in, y, padding, nhwc_out);
+  }
+  return y;
+}
+
+at::Tensor space_to_depth_weight(const at::Tensor& w, at::MemoryFormat layout) {
+  const int64_t K = w.size(0), C = w.size(1);
+  return at::constant_pad_nd(w, {0, 1, 0, 1})
+      .reshape({K, C, 3, 4, 3, 4})
+      .permute({0, 1, 3, 5, 2, 4})
+      .reshape({K, 16 * C, 3, 3})
+      .contiguous(layout);
+}
+
+at::Tensor depth_to_space_weight(const at::Tensor& w) {
+  const int64_t K = w.size(0), C = w.size(1) / 16;
+  return w.reshape({K, C, 4, 4, 3, 3})
+      .permute({0, 1, 4, 2, 5, 3})
+      .reshape({K, C, 12, 12})
+      .slice(2, 0, 11)
+      .slice(3, 0, 11)
+      .contiguous();
+}
+
+}  // namespace alexop::cuda
