@@ -23,36 +23,59 @@ constexpr int kPitch = kPix + 4;
 constexpr int kThreads = 256;
 constexpr int kMaxChannels = 16;  // the staged rows fit the default 48 KB
 
-// Block row i, blocks [j0, j0 + kCols) of image n: the block row's 4 input
-// rows of every channel staged as [c][a][pixel] (read along the image's
-// rows, zeros outside it), then written as the blocks' 16C channels: a
-// channels_last view a thread 4 values b = 0..3 of one (block, c, a), one
-// vector on both sides; an NCHW one a thread a value, along the view's rows.
-// T: the elements' bits.
+// Block row i, blocks [j0, j0 + tw) of image n: the block row's 4 input
+// rows of every channel staged as [c][a][pixel] (zeros outside the image),
+// then written as the blocks' 16C channels: a channels_last view a thread 4
+// values b = 0..3 of one (block, c, a), one vector on both sides; an NCHW
+// one a thread a value, along the view's rows. An NCHW input is read a warp
+// a row, in the aligned 16-byte pieces that hold the row's columns (16-bit
+// rows are rarely 16-byte aligned: odd widths, the padding's offset); a
+// channels_last one a value a thread along its rows. T: the elements' bits.
 template <typename T, bool NHWC_IN, bool NHWC_OUT>
 __global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __restrict__ x, T* __restrict__ y, int N,
-                                                                  int C, int H, int W, int pad, int rows, int cols) {
+                                                                  int C, int H, int W, int pad, int rows, int cols,
+                                                                  int tw) {
   using V = std::conditional_t<sizeof(T) == 2, uint2, uint4>;  // 4 elements
+  constexpr int kE = 16 / sizeof(T);                           // elements a 16-byte piece
   extern __shared__ __align__(16) unsigned char smem[];
   T* tile = reinterpret_cast<T*>(smem);
-  const int tiles = (cols + kCols - 1) / kCols;
-  const int i = blockIdx.x / tiles, j0 = (blockIdx.x - i * tiles) * kCols;
-  const int nj = cols - j0 < kCols ? cols - j0 : kCols, h0 = 4 * i - pad, w0 = 4 * j0 - pad, D = 16 * C;
+  const int tiles = (cols + tw - 1) / tw;
+  const int i = blockIdx.x / tiles, j0 = (blockIdx.x - i * tiles) * tw;
+  const int nj = cols - j0 < tw ? cols - j0 : tw, h0 = 4 * i - pad, w0 = 4 * j0 - pad, D = 16 * C;
+  const int lo = w0 > 0 ? w0 : 0, hi = w0 + 4 * nj < W ? w0 + 4 * nj : W;  // the image columns read
+  const bool inside = h0 >= 0 && h0 + 4 <= H && w0 >= 0 && w0 + 4 * nj <= W;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int n = blockIdx.y; n < N; n += gridDim.y) {
     const T* img = x + int64_t{n} * C * H * W;
-    for (int e = threadIdx.x; e < C * 4 * kPix; e += kThreads) {
-      int c, a, px;
-      if constexpr (NHWC_IN) {
-        c = e % C, px = (e / C) % kPix, a = e / (C * kPix);
-      } else {
-        px = e % kPix, a = (e / kPix) % 4, c = e / (4 * kPix);
+    if constexpr (NHWC_IN) {
+      const int row = 4 * nj;
+      for (int e = threadIdx.x; e < C * 4 * row; e += kThreads) {
+        const int c = e % C, px = (e / C) % row, a = e / (C * row), h = h0 + a, w = w0 + px;
+        const bool in = h >= 0 && h < H && w >= 0 && w < W;
+        tile[(c * 4 + a) * kPitch + px] = in ? img[(int64_t{h} * W + w) * C + c] : T(0);
       }
-      const int h = h0 + a, w = w0 + px;
-      T v = 0;
-      if (h >= 0 && h < H && w >= 0 && w < W) {
-        v = NHWC_IN ? img[(int64_t{h} * W + w) * C + c] : img[(int64_t{c} * H + h) * W + w];
+    } else {
+      if (!inside) {
+        for (int e = threadIdx.x; e < C * 4 * kPitch / kE; e += kThreads) {
+          reinterpret_cast<uint4*>(tile)[e] = make_uint4(0, 0, 0, 0);
+        }
+        __syncthreads();
       }
-      tile[(c * 4 + a) * kPitch + px] = v;
+      for (int r = warp; r < 4 * C; r += kThreads / 32) {  // r = 4c + a
+        const int h = h0 + r % 4;
+        if (h < 0 || h >= H || lo >= hi) continue;
+        const T* src = img + (int64_t{r / 4} * H + h) * W;
+        const T* first = reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(src + lo) & ~uintptr_t{15});
+        for (const T* piece = first + lane * kE; piece < src + hi; piece += 32 * kE) {
+          T v[kE];
+          *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(piece);
+          const int k = (int)(piece - src);
+#pragma unroll
+          for (int u = 0; u < kE; ++u) {
+            if (k + u >= lo && k + u < hi) tile[r * kPitch + k + u - w0] = v[u];
+          }
+        }
+      }
     }
     __syncthreads();
     if constexpr (NHWC_OUT) {
@@ -62,9 +85,9 @@ __global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __res
         *reinterpret_cast<V*>(out + int64_t{q} * D + 4 * ca) = *reinterpret_cast<const V*>(tile + ca * kPitch + 4 * q);
       }
     } else {
-      for (int e = threadIdx.x; e < D * kCols; e += kThreads) {
-        const int d = e / kCols, q = e - d * kCols;
-        if (q < nj) y[((int64_t{n} * D + d) * rows + i) * cols + j0 + q] = tile[(d >> 2) * kPitch + 4 * q + (d & 3)];
+      for (int e = threadIdx.x; e < D * nj; e += kThreads) {
+        const int d = e / nj, q = e - d * nj;
+        y[((int64_t{n} * D + d) * rows + i) * cols + j0 + q] = tile[(d >> 2) * kPitch + 4 * q + (d & 3)];
       }
     }
     __syncthreads();
@@ -74,7 +97,9 @@ __global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __res
 template <typename T, bool NHWC_IN>
 void launch(const at::Tensor& x, const at::Tensor& y, int64_t pad, bool nhwc_out) {
   const int64_t N = x.size(0), C = x.size(1), rows = y.size(2), cols = y.size(3);
-  const dim3 grid((unsigned)(rows * ((cols + kCols - 1) / kCols)), (unsigned)std::min<int64_t>(N, 65535));
+  // as few tiles a block row as kCols allow, of even widths
+  const int64_t tiles = (cols + kCols - 1) / kCols, tw = (cols + tiles - 1) / tiles;
+  const dim3 grid((unsigned)(rows * tiles), (unsigned)std::min<int64_t>(N, 65535));
   const size_t smem = C * 4 * kPitch * sizeof(T);
   const auto* src = static_cast<const T*>(x.const_data_ptr());
   auto* dst = static_cast<T*>(y.mutable_data_ptr());
@@ -82,10 +107,10 @@ void launch(const at::Tensor& x, const at::Tensor& y, int64_t pad, bool nhwc_out
   const int H = (int)x.size(2), W = (int)x.size(3);
   if (nhwc_out) {
     space_to_depth_kernel<T, NHWC_IN, true><<<grid, kThreads, smem, stream>>>(
-        src, dst, (int)N, (int)C, H, W, (int)pad, (int)rows, (int)cols);
+        src, dst, (int)N, (int)C, H, W, (int)pad, (int)rows, (int)cols, (int)tw);
   } else {
     space_to_depth_kernel<T, NHWC_IN, false><<<grid, kThreads, smem, stream>>>(
-        src, dst, (int)N, (int)C, H, W, (int)pad, (int)rows, (int)cols);
+        src, dst, (int)N, (int)C, H, W, (int)pad, (int)rows, (int)cols, (int)tw);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -101,7 +126,9 @@ at::Tensor space_to_depth(const at::Tensor& x, int64_t padding, int64_t rows, in
   TORCH_INTERNAL_ASSERT(space_to_depth_fits(x));
   const int64_t N = x.size(0), C = x.size(1);
   // a tensor dense both ways (one channel, or one pixel) is read as NCHW
-  const auto in = x.is_contiguous() || x.is_contiguous(at::MemoryFormat::ChannelsLast) ? x : x.contiguous();
+  auto in = x.is_contiguous() || x.is_contiguous(at::MemoryFormat::ChannelsLast) ? x : x.contiguous();
+  // the NCHW reads take 16-byte pieces from the tensor's 16-byte aligned start
+  if (in.is_contiguous() && reinterpret_cast<uintptr_t>(in.const_data_ptr()) % 16 != 0) in = in.clone();
   const bool nhwc_in = !in.is_contiguous(), nhwc_out = layout == at::MemoryFormat::ChannelsLast;
   auto y = at::empty({N, 16 * C, rows, cols}, in.options().memory_format(layout));
   if (y.numel() == 0) return y;
