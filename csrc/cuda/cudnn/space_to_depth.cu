@@ -94,6 +94,56 @@ __global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __res
   }
 }
 
+// The inverse: block row i, blocks [j0, j0 + tw) of the input's blocks
+// (ceil((H + pad) / 4) x ceil((W + pad) / 4) of them, so that every pixel
+// is written) of image n: their 16C channels read from the view (zeros past
+// its rows and columns) into [c][a][pixel], then written as the input's
+// rows that the block row holds. A channels_last view is read 4 values a
+// thread; a channels_last result is written a value a thread, along its rows.
+template <typename T, bool NHWC_VIEW, bool NHWC_OUT>
+__global__ void __launch_bounds__(kThreads) depth_to_space_kernel(const T* __restrict__ v, T* __restrict__ dx, int N,
+                                                                  int C, int H, int W, int pad, int rows, int cols,
+                                                                  int bcols, int tw) {
+  using V = std::conditional_t<sizeof(T) == 2, uint2, uint4>;  // 4 elements
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* tile = reinterpret_cast<T*>(smem);
+  const int tiles = (bcols + tw - 1) / tw;
+  const int i = blockIdx.x / tiles, j0 = (blockIdx.x - i * tiles) * tw;
+  const int nj = bcols - j0 < tw ? bcols - j0 : tw, w0 = 4 * j0 - pad, D = 16 * C, row = 4 * nj;
+  const int vj = i < rows ? (cols - j0 < nj ? cols - j0 : nj) : 0;  // blocks the view holds
+  for (int n = blockIdx.y; n < N; n += gridDim.y) {
+    if constexpr (NHWC_VIEW) {
+      const T* in = v + ((int64_t{n} * rows + i) * cols + j0) * D;
+      for (int e = threadIdx.x; e < nj * 4 * C; e += kThreads) {
+        const int q = e / (4 * C), ca = e - q * 4 * C;
+        *reinterpret_cast<V*>(tile + ca * kPitch + 4 * q) =
+            q < vj ? *reinterpret_cast<const V*>(in + int64_t{q} * D + 4 * ca) : V{};
+      }
+    } else {
+      for (int e = threadIdx.x; e < D * nj; e += kThreads) {
+        const int d = e / nj, q = e - d * nj;
+        const int64_t from = ((int64_t{n} * D + d) * rows + i) * cols + j0 + q;
+        tile[(d >> 2) * kPitch + 4 * q + (d & 3)] = q < vj ? v[from] : T(0);
+      }
+    }
+    __syncthreads();
+    T* img = dx + int64_t{n} * C * H * W;
+    for (int e = threadIdx.x; e < C * 4 * row; e += kThreads) {
+      int c, a, px;
+      if constexpr (NHWC_OUT) {
+        c = e % C, px = (e / C) % row, a = e / (C * row);
+      } else {
+        px = e % row, a = (e / row) % 4, c = e / (4 * row);
+      }
+      const int h = 4 * i + a - pad, w = w0 + px;
+      if (h >= 0 && h < H && w >= 0 && w < W) {
+        img[NHWC_OUT ? (int64_t{h} * W + w) * C + c : (int64_t{c} * H + h) * W + w] = tile[(c * 4 + a) * kPitch + px];
+      }
+    }
+    __syncthreads();
+  }
+}
+
 template <typename T, bool NHWC_IN>
 void launch(const at::Tensor& x, const at::Tensor& y, int64_t pad, bool nhwc_out) {
   const int64_t N = x.size(0), C = x.size(1), rows = y.size(2), cols = y.size(3);
@@ -115,15 +165,36 @@ void launch(const at::Tensor& x, const at::Tensor& y, int64_t pad, bool nhwc_out
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+template <typename T, bool NHWC_VIEW>
+void launch_inverse(const at::Tensor& v, const at::Tensor& dx, int64_t pad, bool nhwc_out) {
+  const int64_t N = dx.size(0), C = dx.size(1), H = dx.size(2), W = dx.size(3);
+  const int64_t brows = (H + pad + 3) / 4, bcols = (W + pad + 3) / 4;
+  const int64_t tiles = (bcols + kCols - 1) / kCols, tw = (bcols + tiles - 1) / tiles;
+  const dim3 grid((unsigned)(brows * tiles), (unsigned)std::min<int64_t>(N, 65535));
+  const size_t smem = C * 4 * kPitch * sizeof(T);
+  const auto* src = static_cast<const T*>(v.const_data_ptr());
+  auto* dst = static_cast<T*>(dx.mutable_data_ptr());
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const int rows = (int)v.size(2), cols = (int)v.size(3);
+  if (nhwc_out) {
+    depth_to_space_kernel<T, NHWC_VIEW, true><<<grid, kThreads, smem, stream>>>(
+        src, dst, (int)N, (int)C, (int)H, (int)W, (int)pad, rows, cols, (int)bcols, (int)tw);
+  } else {
+    depth_to_space_kernel<T, NHWC_VIEW, false><<<grid, kThreads, smem, stream>>>(
+        src, dst, (int)N, (int)C, (int)H, (int)W, (int)pad, rows, cols, (int)bcols, (int)tw);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 }  // namespace
 
-bool space_to_depth_fits(const at::Tensor& x) {
-  const int64_t N = std::max<int64_t>(x.size(0), 1);
-  return (x.element_size() == 2 || x.element_size() == 4) && x.size(1) <= kMaxChannels && x.numel() / N < INT32_MAX;
+bool space_to_depth_fits(at::IntArrayRef input_size, at::ScalarType dtype) {
+  const bool typed = dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16;
+  return typed && input_size[1] <= kMaxChannels && input_size[1] * input_size[2] * input_size[3] < INT32_MAX;
 }
 
 at::Tensor space_to_depth(const at::Tensor& x, int64_t padding, int64_t rows, int64_t cols, at::MemoryFormat layout) {
-  TORCH_INTERNAL_ASSERT(space_to_depth_fits(x));
+  TORCH_INTERNAL_ASSERT(space_to_depth_fits(x.sizes(), x.scalar_type()));
   const int64_t N = x.size(0), C = x.size(1);
   // a tensor dense both ways (one channel, or one pixel) is read as NCHW
   auto in = x.is_contiguous() || x.is_contiguous(at::MemoryFormat::ChannelsLast) ? x : x.contiguous();
@@ -138,6 +209,25 @@ at::Tensor space_to_depth(const at::Tensor& x, int64_t padding, int64_t rows, in
     nhwc_in ? launch<uint32_t, true>(in, y, padding, nhwc_out) : launch<uint32_t, false>(in, y, padding, nhwc_out);
   }
   return y;
+}
+
+at::Tensor depth_to_space(const at::Tensor& v, int64_t padding, int64_t height, int64_t width,
+                          at::MemoryFormat layout) {
+  const int64_t N = v.size(0), C = v.size(1) / 16;
+  TORCH_INTERNAL_ASSERT(v.size(1) % 16 == 0 && space_to_depth_fits({N, C, height, width}, v.scalar_type()));
+  // a tensor dense both ways (one block) is read as NCHW
+  const auto in = v.is_contiguous() || v.is_contiguous(at::MemoryFormat::ChannelsLast) ? v : v.contiguous();
+  const bool nhwc_view = !in.is_contiguous(), nhwc_out = layout == at::MemoryFormat::ChannelsLast;
+  auto dx = at::empty({N, C, height, width}, in.options().memory_format(layout));
+  if (dx.numel() == 0) return dx;
+  if (in.element_size() == 2) {
+    nhwc_view ? launch_inverse<uint16_t, true>(in, dx, padding, nhwc_out)
+              : launch_inverse<uint16_t, false>(in, dx, padding, nhwc_out);
+  } else {
+    nhwc_view ? launch_inverse<uint32_t, true>(in, dx, padding, nhwc_out)
+              : launch_inverse<uint32_t, false>(in, dx, padding, nhwc_out);
+  }
+  return dx;
 }
 
 at::Tensor space_to_depth_weight(const at::Tensor& w, at::MemoryFormat layout) {
