@@ -652,6 +652,23 @@ def test_cudnn_weight_grad_bias(k, layout, dtype):
         assert guesses(alexop.kernel_for(x, wt, 2))["weight_grad"] == "wgrad_cudnn"
 
 
+# The view tests' cases: channels, dtypes, sizes and paddings, the source's layout (a strided
+# one too), the result's layout.
+VIEW_CASES = [
+    pytest.mark.parametrize("c", [1, 3, 8, 16]),
+    pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"]),
+    pytest.mark.parametrize("h,w,pad", [(63, 63, 2), (127, 100, 0), (37, 41, 5), (224, 224, 2), (30, 287, 1)]),
+    pytest.mark.parametrize("source", ["nchw", "channels_last", "strided"]),
+    pytest.mark.parametrize("channels_last", [False, True], ids=["to_nchw", "to_channels_last"]),
+]
+
+
+def view_cases(test):
+    for mark in VIEW_CASES:
+        test = mark(test)
+    return test
+
+
 # The cuDNN fallback also times cuDNN's 3x3 kernels on the space-to-depth view
 # (cuda/cudnn/space_to_depth.h): the padded input's 4x4 pixel blocks as 16C channels, 16c + 4a + b
 # the pixel (a, b) of channel c. From either layout or a strided input, to either layout, 1-16
@@ -663,11 +680,7 @@ def _space_to_depth_reference(x, pad, rows, cols):
     return x.reshape(n, c, rows, 4, cols, 4).permute(0, 1, 3, 5, 2, 4).reshape(n, 16 * c, rows, cols)
 
 
-@pytest.mark.parametrize("c", [1, 3, 8, 16])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("h,w,pad", [(63, 63, 2), (127, 100, 0), (37, 41, 5), (224, 224, 2), (30, 287, 1)])
-@pytest.mark.parametrize("source", ["nchw", "channels_last", "strided"])
-@pytest.mark.parametrize("channels_last", [False, True], ids=["to_nchw", "to_channels_last"])
+@view_cases
 def test_space_to_depth_view(c, dtype, h, w, pad, source, channels_last):
     x = torch.randn(3, c, h, 2 * w if source == "strided" else w, device="cuda").to(dtype)
     x = x[..., ::2] if source == "strided" else x
@@ -688,11 +701,7 @@ def _depth_to_space_reference(v, pad, h, w):
     return x[:, :, pad:pad + h, pad:pad + w]
 
 
-@pytest.mark.parametrize("c", [1, 3, 8, 16])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("h,w,pad", [(63, 63, 2), (127, 100, 0), (37, 41, 5), (224, 224, 2), (30, 287, 1)])
-@pytest.mark.parametrize("source", ["nchw", "channels_last", "strided"])
-@pytest.mark.parametrize("channels_last", [False, True], ids=["to_nchw", "to_channels_last"])
+@view_cases
 def test_depth_to_space_view(c, dtype, h, w, pad, source, channels_last):
     rows, cols = (h + 2 * pad - 11) // 4 + 3, (w + 2 * pad - 11) // 4 + 3
     v = torch.randn(2, 16 * c, rows, 2 * cols if source == "strided" else cols, device="cuda").to(dtype)
