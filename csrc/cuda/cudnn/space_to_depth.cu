@@ -27,10 +27,11 @@ constexpr int kMaxChannels = 16;  // the staged rows fit the default 48 KB
 // rows of every channel staged as [c][a][pixel] (zeros outside the image),
 // then written as the blocks' 16C channels: a channels_last view a thread 4
 // values b = 0..3 of one (block, c, a), one vector on both sides; an NCHW
-// one a thread a value, along the view's rows. An NCHW input is read a warp
-// a row, in the aligned 16-byte pieces that hold the row's columns (16-bit
-// rows are rarely 16-byte aligned: odd widths, the padding's offset); a
-// channels_last one a value a thread along its rows. T: the elements' bits.
+// one a thread a value, along the view's rows. The input is read in the
+// aligned 16-byte pieces that hold the values (16-bit rows are rarely
+// 16-byte aligned: odd widths, the padding's offset): an NCHW one a warp a
+// channel's row, a channels_last one the 4 rows' runs of pixels and
+// channels spread over the threads. T: the elements' bits.
 template <typename T, bool NHWC_IN, bool NHWC_OUT>
 __global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __restrict__ x, T* __restrict__ y, int N,
                                                                   int C, int H, int W, int pad, int rows, int cols,
@@ -47,32 +48,53 @@ __global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __res
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int n = blockIdx.y; n < N; n += gridDim.y) {
     const T* img = x + int64_t{n} * C * H * W;
+    if (!inside) {
+      for (int e = threadIdx.x; e < C * 4 * kPitch / kE; e += kThreads) {
+        reinterpret_cast<uint4*>(tile)[e] = make_uint4(0, 0, 0, 0);
+      }
+      __syncthreads();
+    }
+    // the p-th aligned 16-byte piece from the one that holds *from
+    const auto piece_of = [](const T* from, int p) {
+      return reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(from) & ~uintptr_t{15}) + p * kE;
+    };
+    const auto load = [](const T* piece, T(&v)[kE]) {
+      *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(piece);
+    };
     if constexpr (NHWC_IN) {
-      const int row = 4 * nj;
-      for (int e = threadIdx.x; e < C * 4 * row; e += kThreads) {
-        const int c = e % C, px = (e / C) % row, a = e / (C * row), h = h0 + a, w = w0 + px;
-        const bool in = h >= 0 && h < H && w >= 0 && w < W;
-        tile[(c * 4 + a) * kPitch + px] = in ? img[(int64_t{h} * W + w) * C + c] : T(0);
+      // a row's pixels [lo, hi) are (hi - lo) * C contiguous values; the
+      // threads take the pieces of the 4 rows in turn
+      const int span = (hi - lo) * C, pieces = lo < hi ? span / kE + 2 : 0;
+      for (int u = threadIdx.x; u < 4 * pieces; u += kThreads) {
+        const int a = u / pieces, h = h0 + a;
+        if (h < 0 || h >= H) continue;
+        const T* run = img + (int64_t{h} * W + lo) * C;
+        const T* piece = piece_of(run, u - a * pieces);
+        int k = (int)(piece - run);  // the piece's first value in the run (< 0: before it)
+        if (k >= span) continue;     // past the run: not read
+        T v[kE];
+        load(piece, v);
+        int c = (k % C + C) % C, px = lo - w0 + (k - c) / C;  // value k's channel and pixel (k may be < 0)
+#pragma unroll
+        for (int e = 0; e < kE; ++e, ++k) {
+          if (k >= 0 && k < span) tile[(c * 4 + a) * kPitch + px] = v[e];
+          if (++c == C) c = 0, ++px;
+        }
       }
     } else {
-      if (!inside) {
-        for (int e = threadIdx.x; e < C * 4 * kPitch / kE; e += kThreads) {
-          reinterpret_cast<uint4*>(tile)[e] = make_uint4(0, 0, 0, 0);
-        }
-        __syncthreads();
-      }
       for (int r = warp; r < 4 * C; r += kThreads / 32) {  // r = 4c + a
         const int h = h0 + r % 4;
         if (h < 0 || h >= H || lo >= hi) continue;
-        const T* src = img + (int64_t{r / 4} * H + h) * W;
-        const T* first = reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(src + lo) & ~uintptr_t{15});
-        for (const T* piece = first + lane * kE; piece < src + hi; piece += 32 * kE) {
-          T v[kE];
-          *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(piece);
+        const T* src = img + (int64_t{r / 4} * H + h) * W + lo;
+        for (int p = lane;; p += 32) {
+          const T* piece = piece_of(src, p);
           const int k = (int)(piece - src);
+          if (k >= hi - lo) break;  // past the row's columns: not read
+          T v[kE];
+          load(piece, v);
 #pragma unroll
-          for (int u = 0; u < kE; ++u) {
-            if (k + u >= lo && k + u < hi) tile[r * kPitch + k + u - w0] = v[u];
+          for (int e = 0; e < kE; ++e) {
+            if (k + e >= 0 && k + e < hi - lo) tile[r * kPitch + lo - w0 + k + e] = v[e];
           }
         }
       }
@@ -198,8 +220,8 @@ at::Tensor space_to_depth(const at::Tensor& x, int64_t padding, int64_t rows, in
   const int64_t N = x.size(0), C = x.size(1);
   // a tensor dense both ways (one channel, or one pixel) is read as NCHW
   auto in = x.is_contiguous() || x.is_contiguous(at::MemoryFormat::ChannelsLast) ? x : x.contiguous();
-  // the NCHW reads take 16-byte pieces from the tensor's 16-byte aligned start
-  if (in.is_contiguous() && reinterpret_cast<uintptr_t>(in.const_data_ptr()) % 16 != 0) in = in.clone();
+  // the reads take 16-byte pieces from the tensor's 16-byte aligned start
+  if (reinterpret_cast<uintptr_t>(in.const_data_ptr()) % 16 != 0) in = in.clone();
   const bool nhwc_in = !in.is_contiguous(), nhwc_out = layout == at::MemoryFormat::ChannelsLast;
   auto y = at::empty({N, 16 * C, rows, cols}, in.options().memory_format(layout));
   if (y.numel() == 0) return y;
