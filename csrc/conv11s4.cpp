@@ -43,6 +43,9 @@ TORCH_LIBRARY(alexop, m) {
   // padding's top-left corner as 16C channels, in NCHW or channels_last. Its
   // tests' entry; CUDA builds only.
   m.def("_space_to_depth(Tensor input, int padding, int rows, int cols, bool channels_last) -> Tensor");
+  // Its inverse for the input gradient: the view's values back at their
+  // pixels of a height x width input, zeros where no block reaches.
+  m.def("_depth_to_space(Tensor view, int padding, int height, int width, bool channels_last) -> Tensor");
 }
 
 at::Tensor conv11s4(

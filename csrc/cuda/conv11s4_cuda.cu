@@ -631,12 +631,26 @@ at::Tensor space_to_depth_cuda(const at::Tensor& input, int64_t padding, int64_t
                                bool channels_last) {
   TORCH_CHECK(input.dim() == 4, "alexop._space_to_depth: expected a 4-D input");
   check_dtype("alexop._space_to_depth", input, {at::kFloat, at::kHalf, at::kBFloat16}, "CUDA");
-  TORCH_CHECK(cuda::space_to_depth_fits(input),
+  TORCH_CHECK(cuda::space_to_depth_fits(input.sizes(), input.scalar_type()),
               "alexop._space_to_depth: expected at most 16 channels and an image of fewer than 2^31 elements");
   TORCH_CHECK(padding >= 0 && rows >= 0 && cols >= 0,
               "alexop._space_to_depth: expected padding, rows and cols of at least 0");
   const c10::cuda::CUDAGuard guard(input.device());
   return cuda::space_to_depth(input, padding, rows, cols,
+                              channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+}
+
+at::Tensor depth_to_space_cuda(const at::Tensor& view, int64_t padding, int64_t height, int64_t width,
+                               bool channels_last) {
+  TORCH_CHECK(view.dim() == 4 && view.size(1) % 16 == 0,
+              "alexop._depth_to_space: expected a 4-D view of a multiple of 16 channels");
+  check_dtype("alexop._depth_to_space", view, {at::kFloat, at::kHalf, at::kBFloat16}, "CUDA");
+  TORCH_CHECK(padding >= 0 && height >= 0 && width >= 0,
+              "alexop._depth_to_space: expected padding, height and width of at least 0");
+  TORCH_CHECK(cuda::space_to_depth_fits({view.size(0), view.size(1) / 16, height, width}, view.scalar_type()),
+              "alexop._depth_to_space: expected at most 16 x 16 channels and an image of fewer than 2^31 elements");
+  const c10::cuda::CUDAGuard guard(view.device());
+  return cuda::depth_to_space(view, padding, height, width,
                               channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
 }
 
@@ -648,6 +662,7 @@ TORCH_LIBRARY_IMPL(alexop, CUDA, m) {
   m.impl("conv11s4_backward_weight", &conv11s4_backward_weight_cuda);
   m.impl("_kernel_for", &kernel_for_cuda);
   m.impl("_space_to_depth", &space_to_depth_cuda);
+  m.impl("_depth_to_space", &depth_to_space_cuda);
 }
 
 // Any device: it reads sizes, dtypes and layouts only.

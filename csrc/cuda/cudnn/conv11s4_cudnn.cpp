@@ -121,7 +121,7 @@ at::Tensor conv11s4_cudnn(
       timed_key(Decision::kForwardLayout, input, input.sizes(), K, padding, allow_tf32,
                  bias.has_value() && bias->defined(), format),
       forward_guess(K, output_pixels(input, padding), input.scalar_type(), allow_tf32, format),
-      space_to_depth_fits(input), run);
+      space_to_depth_fits(input.sizes(), input.scalar_type()), run);
   return run(way);
 }
 
@@ -134,23 +134,31 @@ at::Tensor conv11s4_backward_input_cudnn(
     at::MemoryFormat format) {
   // The input gradient is the transposed convolution of grad_output; the
   // rows and columns the forward's windows never reached (at most 3) come
-  // back as output padding. Untimed, it runs channels_last, where cuDNN's
-  // TF32 kernels for it are the fast ones (docs/perf-history.md).
+  // back as output padding (on the view, the copy back writes them as zeros).
+  // Untimed, it runs channels_last, where cuDNN's TF32 kernels for it are the
+  // fast ones (docs/perf-history.md).
   const int64_t pad[] = {padding, padding};
   const int64_t output_padding[] = {
       input_size[2] + 2 * padding - ((grad_output.size(2) - 1) * kStride + kKernelSize),
       input_size[3] + 2 * padding - ((grad_output.size(3) - 1) * kStride + kKernelSize)};
   const auto run = [&](const Way& way) {
-    const auto dx = at::_convolution(
-        relayout(grad_output, way.layout), relayout(weight, way.layout), std::nullopt, kStrides, pad, kDilation,
-        /*transposed=*/true, output_padding, /*groups=*/1, context().benchmarkCuDNN(),
-        context().deterministicCuDNN(), context().userEnabledCuDNN(), allow_tf32);
-    return relayout(dx, format);
+    const auto transposed = [&](const at::Tensor& w, at::IntArrayRef strides, at::IntArrayRef p,
+                                at::IntArrayRef out_pad) {
+      return at::_convolution(relayout(grad_output, way.layout), w, std::nullopt, strides, p, kDilation,
+                              /*transposed=*/true, out_pad, /*groups=*/1, context().benchmarkCuDNN(),
+                              context().deterministicCuDNN(), context().userEnabledCuDNN(), allow_tf32);
+    };
+    if (way.view) {
+      return depth_to_space(transposed(space_to_depth_weight(weight, way.layout), kUnitStrides, kNoPadding,
+                                       kNoPadding),
+                            padding, input_size[2], input_size[3], format);
+    }
+    return relayout(transposed(relayout(weight, way.layout), kStrides, pad, output_padding), format);
   };
   const auto way = fastest_way(
       timed_key(Decision::kInputGradLayout, grad_output, input_size, weight.size(0), padding, allow_tf32, false,
                  format),
-      at::MemoryFormat::ChannelsLast, /*view=*/false, run);
+      at::MemoryFormat::ChannelsLast, space_to_depth_fits(input_size, grad_output.scalar_type()), run);
   return run(way);
 }
 
@@ -186,7 +194,7 @@ std::tuple<at::Tensor, at::Tensor> conv11s4_backward_weight_cudnn(
   const auto way = fastest_way(
       timed_key(Decision::kWeightGradLayout, input, input.sizes(), out_channels, padding, allow_tf32, bias_grad,
                  grad_output.suggest_memory_format()),
-      grad_output.suggest_memory_format(), space_to_depth_fits(input), run);
+      grad_output.suggest_memory_format(), space_to_depth_fits(input.sizes(), input.scalar_type()), run);
   return {run(way), bias_grad ? weight_grad::bias_grad(grad_output) : at::empty({0}, input.options())};
 }
 

@@ -13,10 +13,10 @@
 
 namespace alexop::cuda {
 
-// Whether space_to_depth takes x: 16- or 32-bit, 16 channels at most (a
-// block row's input rows are staged in shared memory), an image's elements
-// counted in 32 bits.
-bool space_to_depth_fits(const at::Tensor& x);
+// Whether the view's copies take an input of these sizes (N, C, H, W) and
+// dtype: float, half or bfloat16, 16 channels at most (a block row's input
+// rows are staged in shared memory), an image's elements counted in 32 bits.
+bool space_to_depth_fits(at::IntArrayRef input_size, at::ScalarType dtype);
 
 // x (N, C, H, W; NCHW or channels_last, float, half or bfloat16) as its
 // (N, 16C, rows, cols) blocks in `layout`, from the padding's top-left
@@ -24,6 +24,12 @@ bool space_to_depth_fits(const at::Tensor& x);
 // the image hold zeros; image rows and columns past the last block (which
 // no window reaches) are left out.
 at::Tensor space_to_depth(const at::Tensor& x, int64_t padding, int64_t rows, int64_t cols, at::MemoryFormat layout);
+
+// The input gradient from the view's: v (N, 16C, rows, cols; NCHW or
+// channels_last) back to (N, C, height, width) in `layout`, each pixel the
+// view's value at its place, zero where no block of the view reaches it.
+at::Tensor depth_to_space(const at::Tensor& v, int64_t padding, int64_t height, int64_t width,
+                          at::MemoryFormat layout);
 
 // The (K, C, 11, 11) weight (or its gradient) on the view: (K, 16C, 3, 3)
 // in `layout`, and back.
