@@ -22,14 +22,16 @@ constexpr int kPix = 4 * kCols;
 constexpr int kPitch = kPix + 4;
 constexpr int kThreads = 256;
 constexpr int kMaxChannels = 16;  // the staged rows fit the default 48 KB
-// A thread's loads in flight: each load's values go to shared memory, so a
-// thread that stored them before its next load would wait for every load.
-constexpr int kBatch = 4;
+// Loads a thread has in flight in the copies of NCHW rows: each load's
+// values go to shared memory, so a thread that stored them before its next
+// load would wait for every load. More cost registers, which the copies of
+// channels_last tensors (a unit or two a thread) spend better on more CTAs.
+constexpr int kRowBatch = 4;
 
 // Units [0, units) of a CTA's copy, kBatch a thread loaded before any is
 // stored: load(u, buf) reads unit u into buf (false: nothing to store),
 // place(buf) stores it.
-template <typename B, typename Load, typename Place>
+template <int kBatch, typename B, typename Load, typename Place>
 __device__ __forceinline__ void in_batches(int units, Load&& load, Place&& place) {
   for (int u0 = threadIdx.x; u0 < units; u0 += kBatch * kThreads) {
     B buf[kBatch];
@@ -95,7 +97,7 @@ __global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __res
     if constexpr (NHWC_IN) {
       // a row's pixels [lo, hi) are (hi - lo) * C contiguous values
       const int span = (hi - lo) * C, pieces = Piece<T>::cover(span);
-      in_batches<Piece<T>>(
+      in_batches<1, Piece<T>>(
           4 * pieces,
           [&](int u, Piece<T>& p) {
             p.row = u / pieces;
@@ -112,7 +114,7 @@ __global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __res
           });
     } else {
       const int len = hi - lo, pieces = Piece<T>::cover(len);
-      in_batches<Piece<T>>(
+      in_batches<kRowBatch, Piece<T>>(
           4 * C * pieces,
           [&](int u, Piece<T>& p) {
             p.row = u / pieces;  // 4c + a
@@ -170,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) depth_to_space_kernel(const T* __res
         V v;
         int at;
       };
-      in_batches<Quad>(
+      in_batches<1, Quad>(
           nj * 4 * C,
           [&](int e, Quad& b) {
             const int q = e / (4 * C), ca = e - q * 4 * C;
@@ -187,7 +189,7 @@ __global__ void __launch_bounds__(kThreads) depth_to_space_kernel(const T* __res
         __syncthreads();
       }
       const int pieces = Piece<T>::cover(vj);
-      in_batches<Piece<T>>(
+      in_batches<kRowBatch, Piece<T>>(
           D * pieces,
           [&](int u, Piece<T>& p) {
             p.row = u / pieces;  // the view's channel d
