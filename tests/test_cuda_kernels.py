@@ -2,6 +2,8 @@
 precision mode, every element written, bitwise reproducibility, odd shapes, and
 outputs past 2^31 elements."""
 
+import math
+
 import pytest
 import torch
 
@@ -653,12 +655,12 @@ def test_cudnn_weight_grad_bias(k, layout, dtype):
 
 
 # The view tests' cases: channels, dtypes, sizes and paddings, the source's layout (a strided
-# one too), the result's layout.
+# one too, and one that starts an element into its storage), the result's layout.
 VIEW_CASES = [
     pytest.mark.parametrize("c", [1, 3, 8, 16]),
     pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"]),
     pytest.mark.parametrize("h,w,pad", [(63, 63, 2), (127, 100, 0), (37, 41, 5), (224, 224, 2), (30, 287, 1)]),
-    pytest.mark.parametrize("source", ["nchw", "channels_last", "strided"]),
+    pytest.mark.parametrize("source", ["nchw", "channels_last", "strided", "offset"]),
     pytest.mark.parametrize("channels_last", [False, True], ids=["to_nchw", "to_channels_last"]),
 ]
 
@@ -680,11 +682,18 @@ def _space_to_depth_reference(x, pad, rows, cols):
     return x.reshape(n, c, rows, 4, cols, 4).permute(0, 1, 3, 5, 2, 4).reshape(n, 16 * c, rows, cols)
 
 
+def _view_source(size, dtype, source):
+    """A random tensor of `size` in the source's layout."""
+    if source == "offset":
+        return torch.randn(math.prod(size) + 1, device="cuda").to(dtype)[1:].view(size)
+    x = torch.randn(*size[:3], 2 * size[3] if source == "strided" else size[3], device="cuda").to(dtype)
+    x = x[..., ::2] if source == "strided" else x
+    return x.to(memory_format=torch.channels_last) if source == "channels_last" else x
+
+
 @view_cases
 def test_space_to_depth_view(c, dtype, h, w, pad, source, channels_last):
-    x = torch.randn(3, c, h, 2 * w if source == "strided" else w, device="cuda").to(dtype)
-    x = x[..., ::2] if source == "strided" else x
-    x = x.to(memory_format=torch.channels_last) if source == "channels_last" else x
+    x = _view_source((3, c, h, w), dtype, source)
     rows, cols = (h + 2 * pad - 11) // 4 + 3, (w + 2 * pad - 11) // 4 + 3
     got = torch.ops.alexop._space_to_depth(x, pad, rows, cols, channels_last)
     assert got.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
@@ -704,9 +713,7 @@ def _depth_to_space_reference(v, pad, h, w):
 @view_cases
 def test_depth_to_space_view(c, dtype, h, w, pad, source, channels_last):
     rows, cols = (h + 2 * pad - 11) // 4 + 3, (w + 2 * pad - 11) // 4 + 3
-    v = torch.randn(2, 16 * c, rows, 2 * cols if source == "strided" else cols, device="cuda").to(dtype)
-    v = v[..., ::2] if source == "strided" else v
-    v = v.to(memory_format=torch.channels_last) if source == "channels_last" else v
+    v = _view_source((2, 16 * c, rows, cols), dtype, source)
     got = torch.ops.alexop._depth_to_space(v, pad, h, w, channels_last)
     assert got.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
     assert torch.equal(got, _depth_to_space_reference(v, pad, h, w))

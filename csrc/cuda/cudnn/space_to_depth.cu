@@ -22,22 +22,63 @@ constexpr int kPix = 4 * kCols;
 constexpr int kPitch = kPix + 4;
 constexpr int kThreads = 256;
 constexpr int kMaxChannels = 16;  // the staged rows fit the default 48 KB
+// Loads a thread has in flight in the copies of NCHW rows: each load's
+// values go to shared memory, so a thread that stored them before its next
+// load would wait for every load. More cost registers, which the copies of
+// channels_last tensors (a unit or two a thread) spend better on more CTAs.
+constexpr int kRowBatch = 4;
+
+// Units [0, units) of a CTA's copy, kBatch a thread loaded before any is
+// stored: load(u, buf) reads unit u into buf (false: nothing to store),
+// place(buf) stores it.
+template <int kBatch, typename B, typename Load, typename Place>
+__device__ __forceinline__ void in_batches(int units, Load&& load, Place&& place) {
+  for (int u0 = threadIdx.x; u0 < units; u0 += kBatch * kThreads) {
+    B buf[kBatch];
+    bool got[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) got[b] = u0 + b * kThreads < units && load(u0 + b * kThreads, buf[b]);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (got[b]) place(buf[b]);
+    }
+  }
+}
+
+// An aligned 16-byte piece of a run of contiguous values (16-bit rows are
+// rarely 16-byte aligned: odd widths, the padding's offset).
+template <typename T>
+struct Piece {
+  static constexpr int kE = 16 / sizeof(T);  // values a piece
+  T v[kE];
+  int k;    // the first value's place in the run (< 0: before it)
+  int row;  // the staged row it goes to
+  // Reads the p-th aligned piece from the one that holds run[0], unless it
+  // starts at or past run[len].
+  __device__ __forceinline__ bool load(const T* run, int p, int len) {
+    const T* piece = reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(run) & ~uintptr_t{15}) + p * kE;
+    k = (int)(piece - run);
+    if (k >= len) return false;
+    *reinterpret_cast<uint4*>(v) = __ldg(reinterpret_cast<const uint4*>(piece));
+    return true;
+  }
+  // Pieces that cover a run of len values.
+  static __device__ __forceinline__ int cover(int len) { return len > 0 ? len / kE + 2 : 0; }
+};
 
 // Block row i, blocks [j0, j0 + tw) of image n: the block row's 4 input
 // rows of every channel staged as [c][a][pixel] (zeros outside the image),
 // then written as the blocks' 16C channels: a channels_last view a thread 4
 // values b = 0..3 of one (block, c, a), one vector on both sides; an NCHW
-// one a thread a value, along the view's rows. The input is read in the
-// aligned 16-byte pieces that hold the values (16-bit rows are rarely
-// 16-byte aligned: odd widths, the padding's offset): an NCHW one a warp a
-// channel's row, a channels_last one the 4 rows' runs of pixels and
-// channels spread over the threads. T: the elements' bits.
+// one a thread a value, along the view's rows. The input is read in aligned
+// 16-byte pieces: an NCHW one the pieces of each channel's rows, a
+// channels_last one those of the 4 rows' runs of pixels and channels, spread
+// over the threads. T: the elements' bits.
 template <typename T, bool NHWC_IN, bool NHWC_OUT>
 __global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __restrict__ x, T* __restrict__ y, int N,
                                                                   int C, int H, int W, int pad, int rows, int cols,
                                                                   int tw) {
   using V = std::conditional_t<sizeof(T) == 2, uint2, uint4>;  // 4 elements
-  constexpr int kE = 16 / sizeof(T);                           // elements a 16-byte piece
   extern __shared__ __align__(16) unsigned char smem[];
   T* tile = reinterpret_cast<T*>(smem);
   const int tiles = (cols + tw - 1) / tw;
@@ -45,59 +86,49 @@ __global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __res
   const int nj = cols - j0 < tw ? cols - j0 : tw, h0 = 4 * i - pad, w0 = 4 * j0 - pad, D = 16 * C;
   const int lo = w0 > 0 ? w0 : 0, hi = w0 + 4 * nj < W ? w0 + 4 * nj : W;  // the image columns read
   const bool inside = h0 >= 0 && h0 + 4 <= H && w0 >= 0 && w0 + 4 * nj <= W;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int n = blockIdx.y; n < N; n += gridDim.y) {
     const T* img = x + int64_t{n} * C * H * W;
     if (!inside) {
-      for (int e = threadIdx.x; e < C * 4 * kPitch / kE; e += kThreads) {
+      for (int e = threadIdx.x; e < C * 4 * kPitch * (int)sizeof(T) / 16; e += kThreads) {
         reinterpret_cast<uint4*>(tile)[e] = make_uint4(0, 0, 0, 0);
       }
       __syncthreads();
     }
-    // the p-th aligned 16-byte piece from the one that holds *from
-    const auto piece_of = [](const T* from, int p) {
-      return reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(from) & ~uintptr_t{15}) + p * kE;
-    };
-    const auto load = [](const T* piece, T(&v)[kE]) {
-      *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(piece);
-    };
     if constexpr (NHWC_IN) {
-      // a row's pixels [lo, hi) are (hi - lo) * C contiguous values; the
-      // threads take the pieces of the 4 rows in turn
-      const int span = (hi - lo) * C, pieces = lo < hi ? span / kE + 2 : 0;
-      for (int u = threadIdx.x; u < 4 * pieces; u += kThreads) {
-        const int a = u / pieces, h = h0 + a;
-        if (h < 0 || h >= H) continue;
-        const T* run = img + (int64_t{h} * W + lo) * C;
-        const T* piece = piece_of(run, u - a * pieces);
-        int k = (int)(piece - run);  // the piece's first value in the run (< 0: before it)
-        if (k >= span) continue;     // past the run: not read
-        T v[kE];
-        load(piece, v);
-        int c = (k % C + C) % C, px = lo - w0 + (k - c) / C;  // value k's channel and pixel (k may be < 0)
+      // a row's pixels [lo, hi) are (hi - lo) * C contiguous values
+      const int span = (hi - lo) * C, pieces = Piece<T>::cover(span);
+      in_batches<1, Piece<T>>(
+          4 * pieces,
+          [&](int u, Piece<T>& p) {
+            p.row = u / pieces;
+            const int h = h0 + p.row;
+            return h >= 0 && h < H && p.load(img + (int64_t{h} * W + lo) * C, u - p.row * pieces, span);
+          },
+          [&](const Piece<T>& p) {
+            int k = p.k, c = (k % C + C) % C, px = lo - w0 + (k - c) / C;  // value k's channel and pixel
 #pragma unroll
-        for (int e = 0; e < kE; ++e, ++k) {
-          if (k >= 0 && k < span) tile[(c * 4 + a) * kPitch + px] = v[e];
-          if (++c == C) c = 0, ++px;
-        }
-      }
+            for (int e = 0; e < Piece<T>::kE; ++e, ++k) {
+              if (k >= 0 && k < span) tile[(c * 4 + p.row) * kPitch + px] = p.v[e];
+              if (++c == C) c = 0, ++px;
+            }
+          });
     } else {
-      for (int r = warp; r < 4 * C; r += kThreads / 32) {  // r = 4c + a
-        const int h = h0 + r % 4;
-        if (h < 0 || h >= H || lo >= hi) continue;
-        const T* src = img + (int64_t{r / 4} * H + h) * W + lo;
-        for (int p = lane;; p += 32) {
-          const T* piece = piece_of(src, p);
-          const int k = (int)(piece - src);
-          if (k >= hi - lo) break;  // past the row's columns: not read
-          T v[kE];
-          load(piece, v);
+      const int len = hi - lo, pieces = Piece<T>::cover(len);
+      in_batches<kRowBatch, Piece<T>>(
+          4 * C * pieces,
+          [&](int u, Piece<T>& p) {
+            p.row = u / pieces;  // 4c + a
+            const int h = h0 + p.row % 4;
+            return h >= 0 && h < H &&
+                   p.load(img + (int64_t{p.row / 4} * H + h) * W + lo, u - p.row * pieces, len);
+          },
+          [&](const Piece<T>& p) {
+            T* to = tile + p.row * kPitch + lo - w0;
 #pragma unroll
-          for (int e = 0; e < kE; ++e) {
-            if (k + e >= 0 && k + e < hi - lo) tile[r * kPitch + lo - w0 + k + e] = v[e];
-          }
-        }
-      }
+            for (int e = 0; e < Piece<T>::kE; ++e) {
+              if (p.k + e >= 0 && p.k + e < len) to[p.k + e] = p.v[e];
+            }
+          });
     }
     __syncthreads();
     if constexpr (NHWC_OUT) {
@@ -121,7 +152,8 @@ __global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __res
 // is written) of image n: their 16C channels read from the view (zeros past
 // its rows and columns) into [c][a][pixel], then written as the input's
 // rows that the block row holds. A channels_last view is read 4 values a
-// thread; a channels_last result is written a value a thread, along its rows.
+// thread, an NCHW one in the aligned 16-byte pieces of its rows; a
+// channels_last result is written a value a thread, along its rows.
 template <typename T, bool NHWC_VIEW, bool NHWC_OUT>
 __global__ void __launch_bounds__(kThreads) depth_to_space_kernel(const T* __restrict__ v, T* __restrict__ dx, int N,
                                                                   int C, int H, int W, int pad, int rows, int cols,
@@ -136,17 +168,40 @@ __global__ void __launch_bounds__(kThreads) depth_to_space_kernel(const T* __res
   for (int n = blockIdx.y; n < N; n += gridDim.y) {
     if constexpr (NHWC_VIEW) {
       const T* in = v + ((int64_t{n} * rows + i) * cols + j0) * D;
-      for (int e = threadIdx.x; e < nj * 4 * C; e += kThreads) {
-        const int q = e / (4 * C), ca = e - q * 4 * C;
-        *reinterpret_cast<V*>(tile + ca * kPitch + 4 * q) =
-            q < vj ? *reinterpret_cast<const V*>(in + int64_t{q} * D + 4 * ca) : V{};
-      }
+      struct Quad {
+        V v;
+        int at;
+      };
+      in_batches<1, Quad>(
+          nj * 4 * C,
+          [&](int e, Quad& b) {
+            const int q = e / (4 * C), ca = e - q * 4 * C;
+            b.at = ca * kPitch + 4 * q;
+            b.v = q < vj ? *reinterpret_cast<const V*>(in + int64_t{q} * D + 4 * ca) : V{};
+            return true;
+          },
+          [&](const Quad& b) { *reinterpret_cast<V*>(tile + b.at) = b.v; });
     } else {
-      for (int e = threadIdx.x; e < D * nj; e += kThreads) {
-        const int d = e / nj, q = e - d * nj;
-        const int64_t from = ((int64_t{n} * D + d) * rows + i) * cols + j0 + q;
-        tile[(d >> 2) * kPitch + 4 * q + (d & 3)] = q < vj ? v[from] : T(0);
+      if (vj < nj) {  // blocks past the view's: zeros
+        for (int e = threadIdx.x; e < C * 4 * kPitch * (int)sizeof(T) / 16; e += kThreads) {
+          reinterpret_cast<uint4*>(tile)[e] = make_uint4(0, 0, 0, 0);
+        }
+        __syncthreads();
       }
+      const int pieces = Piece<T>::cover(vj);
+      in_batches<kRowBatch, Piece<T>>(
+          D * pieces,
+          [&](int u, Piece<T>& p) {
+            p.row = u / pieces;  // the view's channel d
+            return p.load(v + ((int64_t{n} * D + p.row) * rows + i) * cols + j0, u - p.row * pieces, vj);
+          },
+          [&](const Piece<T>& p) {
+            T* to = tile + (p.row >> 2) * kPitch + (p.row & 3);
+#pragma unroll
+            for (int e = 0; e < Piece<T>::kE; ++e) {
+              if (p.k + e >= 0 && p.k + e < vj) to[4 * (p.k + e)] = p.v[e];
+            }
+          });
     }
     __syncthreads();
     T* img = dx + int64_t{n} * C * H * W;
@@ -208,6 +263,14 @@ void launch_inverse(const at::Tensor& v, const at::Tensor& dx, int64_t pad, bool
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// t dense in its layout (one dense both ways, one channel or one pixel, is
+// read as NCHW) from a 16-byte aligned start, which the copies' 16-byte
+// pieces and vectors read from.
+at::Tensor dense_aligned(const at::Tensor& t) {
+  auto in = t.is_contiguous() || t.is_contiguous(at::MemoryFormat::ChannelsLast) ? t : t.contiguous();
+  return reinterpret_cast<uintptr_t>(in.const_data_ptr()) % 16 == 0 ? in : in.clone();
+}
+
 }  // namespace
 
 bool space_to_depth_fits(at::IntArrayRef input_size, at::ScalarType dtype) {
@@ -218,10 +281,7 @@ bool space_to_depth_fits(at::IntArrayRef input_size, at::ScalarType dtype) {
 at::Tensor space_to_depth(const at::Tensor& x, int64_t padding, int64_t rows, int64_t cols, at::MemoryFormat layout) {
   TORCH_INTERNAL_ASSERT(space_to_depth_fits(x.sizes(), x.scalar_type()));
   const int64_t N = x.size(0), C = x.size(1);
-  // a tensor dense both ways (one channel, or one pixel) is read as NCHW
-  auto in = x.is_contiguous() || x.is_contiguous(at::MemoryFormat::ChannelsLast) ? x : x.contiguous();
-  // the reads take 16-byte pieces from the tensor's 16-byte aligned start
-  if (reinterpret_cast<uintptr_t>(in.const_data_ptr()) % 16 != 0) in = in.clone();
+  const auto in = dense_aligned(x);
   const bool nhwc_in = !in.is_contiguous(), nhwc_out = layout == at::MemoryFormat::ChannelsLast;
   auto y = at::empty({N, 16 * C, rows, cols}, in.options().memory_format(layout));
   if (y.numel() == 0) return y;
@@ -237,8 +297,7 @@ at::Tensor depth_to_space(const at::Tensor& v, int64_t padding, int64_t height, 
                           at::MemoryFormat layout) {
   const int64_t N = v.size(0), C = v.size(1) / 16;
   TORCH_INTERNAL_ASSERT(v.size(1) % 16 == 0 && space_to_depth_fits({N, C, height, width}, v.scalar_type()));
-  // a tensor dense both ways (one block) is read as NCHW
-  const auto in = v.is_contiguous() || v.is_contiguous(at::MemoryFormat::ChannelsLast) ? v : v.contiguous();
+  const auto in = dense_aligned(v);
   const bool nhwc_view = !in.is_contiguous(), nhwc_out = layout == at::MemoryFormat::ChannelsLast;
   auto dx = at::empty({N, C, height, width}, in.options().memory_format(layout));
   if (dx.numel() == 0) return dx;
