@@ -88,7 +88,7 @@ struct Piece {
 // rows of every channel staged as [c][a][pixel] (zeros outside the image),
 // then written as the blocks' 16C channels: a channels_last view a thread 4
 // values b = 0..3 of one (block, c, a), one vector on both sides; an NCHW
-// one in the aligned 16-byte pieces of its rows. The input is read in aligned
+// one a thread a value, along the view's rows. The input is read in aligned
 // 16-byte pieces: an NCHW one the pieces of each channel's rows, a
 // channels_last one those of the 4 rows' runs of pixels and channels, spread
 // over the threads. T: the elements' bits.
@@ -156,16 +156,9 @@ __global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __res
         *reinterpret_cast<V*>(out + int64_t{q} * D + 4 * ca) = *reinterpret_cast<const V*>(tile + ca * kPitch + 4 * q);
       }
     } else {
-      const int pieces = Piece<T>::cover(nj);  // of each view row's nj values
-      for (int u = threadIdx.x; u < D * pieces; u += kThreads) {
-        const int d = u / pieces;
-        Piece<T> p;
-        T* piece = p.at(y + ((int64_t{n} * D + d) * rows + i) * cols + j0, u - d * pieces);
-        if (p.k >= nj) continue;
-        const T* from = tile + (d >> 2) * kPitch + (d & 3);
-#pragma unroll
-        for (int e = 0; e < Piece<T>::kE; ++e) p.v[e] = p.k + e >= 0 && p.k + e < nj ? from[4 * (p.k + e)] : T(0);
-        p.store(piece, nj);
+      for (int e = threadIdx.x; e < D * nj; e += kThreads) {
+        const int d = e / nj, q = e - d * nj;
+        y[((int64_t{n} * D + d) * rows + i) * cols + j0 + q] = tile[(d >> 2) * kPitch + 4 * q + (d & 3)];
       }
     }
     __syncthreads();
