@@ -53,14 +53,32 @@ struct Piece {
   T v[kE];
   int k;    // the first value's place in the run (< 0: before it)
   int row;  // the staged row it goes to
-  // Reads the p-th aligned piece from the one that holds run[0], unless it
-  // starts at or past run[len].
-  __device__ __forceinline__ bool load(const T* run, int p, int len) {
-    const T* piece = reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(run) & ~uintptr_t{15}) + p * kE;
+  // The p-th aligned piece from the one that holds run[0] (k its place).
+  template <typename P>
+  __device__ __forceinline__ P* at(P* run, int p) {
+    P* piece = reinterpret_cast<P*>(reinterpret_cast<uintptr_t>(run) & ~uintptr_t{15}) + p * kE;
     k = (int)(piece - run);
+    return piece;
+  }
+  // Reads the p-th piece, unless it starts at or past run[len].
+  __device__ __forceinline__ bool load(const T* run, int p, int len) {
+    const T* piece = at(run, p);
     if (k >= len) return false;
     *reinterpret_cast<uint4*>(v) = __ldg(reinterpret_cast<const uint4*>(piece));
     return true;
+  }
+  // Writes the values that fall in run[0, len) to piece: a whole one as a
+  // vector, one that reaches past them (its other values another CTA's) a
+  // value at a time.
+  __device__ __forceinline__ void store(T* piece, int len) const {
+    if (k >= 0 && k + kE <= len) {
+      *reinterpret_cast<uint4*>(piece) = *reinterpret_cast<const uint4*>(v);
+      return;
+    }
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      if (k + e >= 0 && k + e < len) piece[e] = v[e];
+    }
   }
   // Pieces that cover a run of len values.
   static __device__ __forceinline__ int cover(int len) { return len > 0 ? len / kE + 2 : 0; }
@@ -152,8 +170,9 @@ __global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __res
 // is written) of image n: their 16C channels read from the view (zeros past
 // its rows and columns) into [c][a][pixel], then written as the input's
 // rows that the block row holds. A channels_last view is read 4 values a
-// thread, an NCHW one in the aligned 16-byte pieces of its rows; a
-// channels_last result is written a value a thread, along its rows.
+// thread, an NCHW one in the aligned 16-byte pieces of its rows; the result
+// is written in the aligned pieces of its rows' runs (NCHW: a channel's
+// columns; channels_last: the pixels' channels).
 template <typename T, bool NHWC_VIEW, bool NHWC_OUT>
 __global__ void __launch_bounds__(kThreads) depth_to_space_kernel(const T* __restrict__ v, T* __restrict__ dx, int N,
                                                                   int C, int H, int W, int pad, int rows, int cols,
@@ -205,16 +224,36 @@ __global__ void __launch_bounds__(kThreads) depth_to_space_kernel(const T* __res
     }
     __syncthreads();
     T* img = dx + int64_t{n} * C * H * W;
-    for (int e = threadIdx.x; e < C * 4 * row; e += kThreads) {
-      int c, a, px;
-      if constexpr (NHWC_OUT) {
-        c = e % C, px = (e / C) % row, a = e / (C * row);
-      } else {
-        px = e % row, a = (e / row) % 4, c = e / (4 * row);
+    const int lo = w0 > 0 ? w0 : 0, hi = w0 + row < W ? w0 + row : W;  // the image columns written
+    if constexpr (NHWC_OUT) {
+      // a row's pixels [lo, hi) are (hi - lo) * C contiguous values
+      const int span = (hi - lo) * C, pieces = Piece<T>::cover(span);
+      for (int u = threadIdx.x; u < 4 * pieces; u += kThreads) {
+        const int a = u / pieces, h = 4 * i + a - pad;
+        if (h < 0 || h >= H) continue;
+        Piece<T> p;
+        T* piece = p.at(img + (int64_t{h} * W + lo) * C, u - a * pieces);
+        if (p.k >= span) continue;
+        int k = p.k, c = (k % C + C) % C, px = lo - w0 + (k - c) / C;  // value k's channel and pixel
+#pragma unroll
+        for (int e = 0; e < Piece<T>::kE; ++e, ++k) {
+          p.v[e] = k >= 0 && k < span ? tile[(c * 4 + a) * kPitch + px] : T(0);
+          if (++c == C) c = 0, ++px;
+        }
+        p.store(piece, span);
       }
-      const int h = 4 * i + a - pad, w = w0 + px;
-      if (h >= 0 && h < H && w >= 0 && w < W) {
-        img[NHWC_OUT ? (int64_t{h} * W + w) * C + c : (int64_t{c} * H + h) * W + w] = tile[(c * 4 + a) * kPitch + px];
+    } else {
+      const int len = hi - lo, pieces = Piece<T>::cover(len);
+      for (int u = threadIdx.x; u < 4 * C * pieces; u += kThreads) {
+        const int r = u / pieces, h = 4 * i + r % 4 - pad;  // r = 4c + a
+        if (h < 0 || h >= H) continue;
+        Piece<T> p;
+        T* piece = p.at(img + (int64_t{r / 4} * H + h) * W + lo, u - r * pieces);
+        if (p.k >= len) continue;
+        const T* from = tile + r * kPitch + lo - w0 + p.k;
+#pragma unroll
+        for (int e = 0; e < Piece<T>::kE; ++e) p.v[e] = p.k + e >= 0 && p.k + e < len ? from[e] : T(0);
+        p.store(piece, len);
       }
     }
     __syncthreads();
