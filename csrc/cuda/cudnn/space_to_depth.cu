@@ -45,6 +45,15 @@ __device__ __forceinline__ void in_batches(int units, Load&& load, Place&& place
   }
 }
 
+// Zeros a CTA's staged rows (C channels' 4 rows), then waits for all.
+template <typename T>
+__device__ __forceinline__ void clear(T* tile, int C) {
+  for (int e = threadIdx.x; e < C * 4 * kPitch * (int)sizeof(T) / 16; e += kThreads) {
+    reinterpret_cast<uint4*>(tile)[e] = make_uint4(0, 0, 0, 0);
+  }
+  __syncthreads();
+}
+
 // An aligned 16-byte piece of a run of contiguous values (16-bit rows are
 // rarely 16-byte aligned: odd widths, the padding's offset).
 template <typename T>
@@ -106,12 +115,7 @@ __global__ void __launch_bounds__(kThreads) space_to_depth_kernel(const T* __res
   const bool inside = h0 >= 0 && h0 + 4 <= H && w0 >= 0 && w0 + 4 * nj <= W;
   for (int n = blockIdx.y; n < N; n += gridDim.y) {
     const T* img = x + int64_t{n} * C * H * W;
-    if (!inside) {
-      for (int e = threadIdx.x; e < C * 4 * kPitch * (int)sizeof(T) / 16; e += kThreads) {
-        reinterpret_cast<uint4*>(tile)[e] = make_uint4(0, 0, 0, 0);
-      }
-      __syncthreads();
-    }
+    if (!inside) clear(tile, C);
     if constexpr (NHWC_IN) {
       // a row's pixels [lo, hi) are (hi - lo) * C contiguous values
       const int span = (hi - lo) * C, pieces = Piece<T>::cover(span);
@@ -187,26 +191,13 @@ __global__ void __launch_bounds__(kThreads) depth_to_space_kernel(const T* __res
   for (int n = blockIdx.y; n < N; n += gridDim.y) {
     if constexpr (NHWC_VIEW) {
       const T* in = v + ((int64_t{n} * rows + i) * cols + j0) * D;
-      struct Quad {
-        V v;
-        int at;
-      };
-      in_batches<1, Quad>(
-          nj * 4 * C,
-          [&](int e, Quad& b) {
-            const int q = e / (4 * C), ca = e - q * 4 * C;
-            b.at = ca * kPitch + 4 * q;
-            b.v = q < vj ? *reinterpret_cast<const V*>(in + int64_t{q} * D + 4 * ca) : V{};
-            return true;
-          },
-          [&](const Quad& b) { *reinterpret_cast<V*>(tile + b.at) = b.v; });
-    } else {
-      if (vj < nj) {  // blocks past the view's: zeros
-        for (int e = threadIdx.x; e < C * 4 * kPitch * (int)sizeof(T) / 16; e += kThreads) {
-          reinterpret_cast<uint4*>(tile)[e] = make_uint4(0, 0, 0, 0);
-        }
-        __syncthreads();
+      for (int e = threadIdx.x; e < nj * 4 * C; e += kThreads) {
+        const int q = e / (4 * C), ca = e - q * 4 * C;
+        *reinterpret_cast<V*>(tile + ca * kPitch + 4 * q) =
+            q < vj ? *reinterpret_cast<const V*>(in + int64_t{q} * D + 4 * ca) : V{};
       }
+    } else {
+      if (vj < nj) clear(tile, C);  // blocks past the view's: zeros
       const int pieces = Piece<T>::cover(vj);
       in_batches<kRowBatch, Piece<T>>(
           D * pieces,
