@@ -272,7 +272,8 @@ def cpu_table(rows, env):
     return lines
 
 
-def plot(rows, path):
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None (said on stderr) where matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -280,6 +281,13 @@ def plot(rows, path):
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib not installed: no plot", file=sys.stderr)
+        return None
+    return plt
+
+
+def plot(rows, path):
+    plt = pyplot()
+    if plt is None:
         return
     groups = {}
     for r in rows:

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 import alexop
-from bench import settings, time_ms
+from bench import pyplot, settings, time_ms
 
 C_INS = [1, 2, 3, 4, 8, 16]
 C_OUTS = [16, 64, 96, 128, 192, 256, 384]
@@ -271,13 +271,8 @@ def write(rows, out, env, what):
 
 
 def plot(rows, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no plot", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     items = sorted({r["item"] for r in rows}, key=lambda i: (OPS + STEPS).index(i))
     fig, axes = plt.subplots(1, len(items), figsize=(5 * len(items), 4), sharey=True, squeeze=False)
