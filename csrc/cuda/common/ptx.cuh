@@ -76,10 +76,6 @@ __device__ __forceinline__ void st_shared_u32_if(uint32_t dst, uint32_t a, bool 
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p st.shared.b32 [%0], %1;\n}\n" ::"r"(dst), "r"(a), "r"((int)pred)
                : "memory");
 }
-// Two words to shared address dst (8-byte aligned).
-__device__ __forceinline__ void st_shared_v2(uint32_t dst, uint32_t a, uint32_t b) {
-  asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(dst), "r"(a), "r"(b) : "memory");
-}
 // One arrival on the mbarrier at shared address bar once all of this
 // thread's earlier cp.async copies have landed (counted in its expected
 // arrivals: .noinc).
