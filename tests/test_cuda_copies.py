@@ -12,6 +12,7 @@ from conftest import needs_cuda
 
 pytestmark = needs_cuda
 
+
 # The view tests' cases: channels, dtypes, sizes and paddings, the source's layout (a strided
 # one too, and one that starts an element into its storage), the result's layout.
 VIEW_CASES = [
