@@ -55,15 +55,13 @@ def read_cases(args: list[str]) -> list[tuple]:
 
 
 def step_of(conv, x, w, b, dy, step):
-    """One call (fwd) or training step of conv(x, w, b): the tensors that need grads are fresh leaves."""
+    """One call (fwd) or training step of conv(x, w, b): the tensors that need grads are leaves
+    whose gradients are returned, not accumulated (as after zero_grad's set_to_none: no adds)."""
     if step == "fwd":
         return lambda: conv(x, w, b)
     leaves = [t.detach().requires_grad_() for t in ((x, w, b) if step == "all" else (w, b))]
     args = leaves if step == "all" else (x, *leaves)
-
-    def run():
-        conv(*args).backward(dy)
-    return run
+    return lambda: torch.autograd.grad(conv(*args), leaves, dy)
 
 
 def inputs(case):
