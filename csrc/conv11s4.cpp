@@ -34,9 +34,9 @@ TORCH_LIBRARY(alexop, m) {
   // layouts alone: the selection tests without a GPU. CUDA builds only.
   m.def("_kernel_for_gpu(Tensor input, Tensor weight, int padding, str gpu) -> str[]");
   // What _kernel_for would answer on a CPU of a named kind ("default",
-  // "avx2", "avx512", "avx512_bf16", "avx512_fp16": the instruction sets the
-  // CPU choices differ by), from the tensors' sizes, dtypes and layouts
-  // alone: the CPU selection tests on any CPU.
+  // "avx2", "avx512", "avx512_bf16", "amx_bf16", "amx_fp16": the instruction
+  // sets the CPU choices differ by), from the tensors' sizes, dtypes and
+  // layouts alone: the CPU selection tests on any CPU.
   m.def("_kernel_for_cpu(Tensor input, Tensor weight, int padding, str cpu) -> str[]");
   // The space-to-depth view of input that the cuDNN fallback may time
   // (cuda/cudnn/space_to_depth.h): rows x cols 4 x 4 pixel blocks from the

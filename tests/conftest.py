@@ -40,15 +40,19 @@ def _cpu_flags():
         return set()
 
 
-# The 16-bit dtypes this CPU multiplies natively (AVX512-BF16, AVX512-FP16): there ATen's
-# oneDNN kernels run them, and alexop's CPU ops hand their forward and weight gradient to ATen.
+# The 16-bit dtypes whose convolution ATen runs on oneDNN's native kernels on this CPU (bfloat16 with
+# AVX512-BF16, float16 with AMX-FP16): there alexop's CPU ops hand their forward and weight gradient
+# to ATen.
 _FLAGS = _cpu_flags()
-NATIVE_16BIT_CPU = {torch.bfloat16: "avx512_bf16" in _FLAGS, torch.float16: "avx512_fp16" in _FLAGS}
+_AVX512 = {"avx512f", "avx512dq", "avx512bw", "avx512vl", "fma"} <= _FLAGS
+_AMX_BF16 = _AVX512 and {"avx512_bf16", "amx_tile", "amx_bf16"} <= _FLAGS
+_AMX_FP16 = _AMX_BF16 and "amx_fp16" in _FLAGS
+NATIVE_16BIT_CPU = {torch.bfloat16: _AVX512 and "avx512_bf16" in _FLAGS, torch.float16: _AMX_FP16}
 # This CPU as alexop._kernel_for_cpu names CPUs (the choices differ by instruction set and native
-# 16-bit arithmetic).
-HOST_CPU = (("avx512_fp16" if {"avx512_fp16", "avx512_bf16"} <= _FLAGS else "avx512_bf16" if "avx512_bf16" in _FLAGS else "avx512")
-            if {"avx512f", "avx512dq", "avx512bw", "avx512vl", "fma"} <= _FLAGS
-            else "avx2" if {"avx2", "fma"} <= _FLAGS else "default")
+# 16-bit arithmetic), and the instruction set of its kernels as ALEXOP_CPU_CAPABILITY names it.
+HOST_ISA = "avx512" if _AVX512 else "avx2" if {"avx2", "fma"} <= _FLAGS else "default"
+HOST_CPU = ("amx_fp16" if _AMX_FP16 else "amx_bf16" if _AMX_BF16 else
+            "avx512_bf16" if NATIVE_16BIT_CPU[torch.bfloat16] else HOST_ISA)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 

@@ -71,8 +71,8 @@ def test_named_cpu_names(cpu, want):
 def test_named_cpu_checks_its_arguments():
     schema = str(torch.ops.alexop._kernel_for_cpu.default._schema)
     assert schema == "alexop::_kernel_for_cpu(Tensor input, Tensor weight, int padding, str cpu) -> str[]"
-    with pytest.raises(RuntimeError, match='expected cpu to be "default", "avx2", "avx512", "avx512_bf16" or '
-                                           '"avx512_fp16", but got "neon"'):
+    with pytest.raises(RuntimeError, match='expected cpu to be "default", "avx2", "avx512", "avx512_bf16", '
+                                           '"amx_bf16" or "amx_fp16", but got "neon"'):
         _named_cpu("neon", 1, 3, 96, 224)
     with pytest.raises(RuntimeError, match="padding >= 0"):
         _named_cpu("avx2", 1, 3, 96, 224, padding=-1)
@@ -164,10 +164,11 @@ def test_cpu_winograd_forward_with_tiles_in_lanes(size, want):
 def test_cpu_aten_where_alexop_is_slower(size, want):
     assert _runs(_named_cpu("avx512", *size)) == want
     # bfloat16 computes in float32 without AVX512-BF16; with it, ATen's native forward and
-    # weight gradient run
+    # weight gradient run; float16 computes in float32 but with AMX-FP16
     assert _runs(_named_cpu("avx512", *size, torch.bfloat16)) == want
     assert _runs(_named_cpu("avx512_bf16", *size, torch.bfloat16))[:2] == ("aten", "aten")
     assert _runs(_named_cpu("avx512_bf16", *size, torch.float16)) == want
+    assert _runs(_named_cpu("amx_bf16", *size, torch.float16)) == want
     assert "aten" not in str(_named_cpu("avx512", *size, torch.float64))
 
 
@@ -197,8 +198,9 @@ def test_cpu_aten_where_alexop_is_slower_channels_last(size, want):
     assert _runs(_named_cpu("avx512", *size, channels_last=True)) == want
 
 
-# (N, C_in, C_out, H) in bfloat16 / float16 on a CPU that multiplies them natively: ATen's forward
-# and weight gradient; its input gradient beyond 4 channels, or 3-4 under 1024 output pixels.
+# (N, C_in, C_out, H) in bfloat16 where ATen runs it on AVX512-BF16 kernels: ATen's forward and
+# weight gradient; its input gradient beyond 4 channels, or 3-4 under 1024 output pixels. On AMX
+# tiles (bfloat16 with AMX-BF16, float16 with AMX-FP16) ATen's input gradient too.
 CPU_CHOICES_NATIVE_16BIT = [
     ((1, 3, 96, 224), ("aten", "aten", "alexop")),
     ((8, 1, 16, 63), ("aten", "aten", "alexop")),
@@ -208,10 +210,12 @@ CPU_CHOICES_NATIVE_16BIT = [
 ]
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("size,want", CPU_CHOICES_NATIVE_16BIT, ids=lambda v: str(v))
-def test_cpu_native_16bit_choices(size, want, dtype):
-    assert _runs(_named_cpu("avx512_fp16", *size, dtype)) == want
+def test_cpu_native_16bit_choices(size, want):
+    assert _runs(_named_cpu("avx512_bf16", *size, torch.bfloat16)) == want
+    assert _runs(_named_cpu("amx_bf16", *size, torch.bfloat16)) == ("aten", "aten", "aten")
+    assert _runs(_named_cpu("amx_fp16", *size, torch.float16)) == ("aten", "aten", "aten")
+    assert _runs(_named_cpu("amx_fp16", *size, torch.bfloat16)) == ("aten", "aten", "aten")
 
 
 # (N, C_in, C_out, H, channels_last) with AVX2, against oneDNN held to AVX2 (grids on one AVX-512
@@ -286,6 +290,9 @@ CPU_TIMED = [
     (("avx512", 1, 3, 96, 224, torch.bfloat16), True),  # float32's choice
     (("avx512_bf16", 1, 3, 96, 224, torch.bfloat16), True),  # ATen's bfloat16 or alexop's float32
     (("avx512_bf16", 10, 3, 96, 224, torch.bfloat16), False),
+    (("amx_bf16", 1, 3, 96, 224, torch.float16), True),  # float32's choice
+    (("amx_bf16", 10, 3, 96, 224, torch.float16), False),
+    (("amx_fp16", 1, 3, 96, 224, torch.float16), True),  # ATen's float16 or alexop's float32
     (("avx2", 8, 8, 96, 63, torch.float32), True),
     (("default", 8, 3, 16, 224, torch.float32), True),
 ]
@@ -301,7 +308,7 @@ def test_cpu_timed_choices_by_name(case, timed):
         assert sum(way.endswith("_aten") for way in ways) == (1 if timed else ways[0].endswith("_aten")), (op, name)
 
 
-@pytest.mark.parametrize("cpu", ["default", "avx2", "avx512", "avx512_bf16", "avx512_fp16"])
+@pytest.mark.parametrize("cpu", ["default", "avx2", "avx512", "avx512_bf16", "amx_bf16", "amx_fp16"])
 def test_float64_and_forced_kernels_never_run_aten(cpu, monkeypatch):
     # ATen's float64 convolution is its slow generic one; ALEXOP_CPU_CAPABILITY names alexop's
     # kernels for every shape (this CPU's answers; a CPU named is asked as it would answer unset)

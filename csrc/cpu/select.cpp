@@ -6,7 +6,7 @@
 //                                              for every shape: tests, A/B runs]
 // float16 / bfloat16 the CPU multiplies natively, outputs wider than one_column:
 //  2. forward, weight gradient         -> ATen in that dtype  [oneDNN's 16-bit kernels beat alexop's float32 ones]
-//  3. input gradient: many_channels_16 -> ATen in that dtype
+//  3. input gradient: AMX tiles or many_channels_16 -> ATen in that dtype
 // float32 (other 16-bit computes in float32, and these rules are asked of its float32 problem),
 // by the instruction set of alexop's kernels, each against oneDNN's kernels of the same set:
 //  4. AVX-512 (Winograd forward and weight gradient):
@@ -37,7 +37,7 @@
 // channels_last kernels take many channels well. The portable (direct)
 // kernels win only under few filters, where oneDNN's 4-lane kernels are
 // weak. Against oneDNN's native 16-bit kernels only the input gradient of
-// 1-4 channels keeps its lead.
+// 1-4 channels keeps its lead, and not against its AMX ones.
 
 #include "select.h"
 
@@ -47,7 +47,6 @@
 
 #include <cstdlib>
 #include <string>
-#include <utility>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -121,21 +120,32 @@ constexpr int64_t kFewNarrowChannels = 3;
 // and the rules' margins are wide beyond it.
 constexpr double kTimedFlops = 2e9;
 
-// AVX512-BF16 dot products for bfloat16, AVX512-FP16 arithmetic for float16
-// (CPUID leaf 7; the AVX-512 state enabled by the OS, as avx512f says).
-// There ATen's convolution runs oneDNN's 16-bit kernels; elsewhere it
-// converts, or runs its slow generic one, and alexop's float32 kernels win.
-std::pair<bool, bool> native_16bit() {
+// What ATen's 16-bit convolution runs on this CPU (CPUID leaf 7; the
+// AVX-512 state enabled by the OS, as avx512f says, and for AMX the tile
+// state in XCR0). bfloat16: oneDNN's native kernels with AVX512-BF16 dot
+// products, on AMX tiles where the CPU has AMX-BF16. float16: native only
+// with AMX-FP16; with AVX512-FP16 alone oneDNN's float16 forward ran at
+// half the speed of alexop's float32 path and its weight gradient two
+// orders of magnitude slower (docs/cpu.md), so float16 computes in float32
+// there, as on CPUs without native 16-bit arithmetic. The isa and forced
+// fields are this_cpu's to set.
+Cpu native_16bit() {
+  Cpu cpu{Isa::kDefault, false, false, false, false};
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  unsigned a = 0, b = 0, c = 0, d = 0, a1 = 0;
+  unsigned a = 0, b = 0, c = 0, d = 0, a1 = 0, b1 = 0, c1 = 0, d1 = 0;
   __builtin_cpu_init();
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __get_cpuid_count(7, 0, &a, &b, &c, &d);
-  const bool fp16 = avx512 && (d >> 23 & 1);
-  const bool bf16 = avx512 && a >= 1 && __get_cpuid_count(7, 1, &a1, &b, &c, &d) && (a1 >> 5 & 1);
-  return {bf16, fp16};
-#else
-  return {false, false};
+  if (!__builtin_cpu_supports("avx512f") || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || a < 1 ||
+      !__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) {
+    return cpu;
+  }
+  unsigned xcr0 = 0, xcr0_high = 0;
+  __asm__("xgetbv" : "=a"(xcr0), "=d"(xcr0_high) : "c"(0));
+  const bool tiles = (d >> 24 & 1) && (xcr0 >> 17 & 3) == 3;  // AMX-TILE, XTILECFG and XTILEDATA enabled
+  cpu.bf16 = a1 >> 5 & 1;                                      // AVX512-BF16
+  cpu.amx = cpu.bf16 && tiles && (d >> 22 & 1);                // AMX-BF16
+  cpu.fp16 = cpu.amx && (a1 >> 21 & 1);                        // AMX-FP16
 #endif
+  return cpu;
 }
 
 bool native(const Problem& p) {
@@ -213,8 +223,9 @@ bool many_channels(const Problem& p) {
   return p.C > 4 && px < kFewPixels;
 }
 // Against oneDNN's native 16-bit input gradient alexop's wins at 1-2
-// channels, and at 3-4 from k16Pixels output pixels over the batch.
-bool many_channels_16(const Problem& p) { return p.C > 4 || (p.C > 2 && pixels(p) < k16Pixels); }
+// channels, and at 3-4 from k16Pixels output pixels over the batch; against
+// its AMX one at none (docs/cpu.md: 1-4 channels, 3025-32258 pixels).
+bool many_channels_16(const Problem& p) { return p.cpu.amx || p.C > 4 || (p.C > 2 && pixels(p) < k16Pixels); }
 bool is_16bit(const Problem& p) {
   return p.dtype == c10::ScalarType::Half || p.dtype == c10::ScalarType::BFloat16;
 }
@@ -262,19 +273,23 @@ bool many_portable_weight_grad_filters(const Problem& p) {
 }  // namespace
 
 Cpu this_cpu() {
-  static const auto flags = native_16bit();
+  static const Cpu native = native_16bit();
+  Cpu cpu = native;
+  cpu.isa = cpu_isa();
   const char* isa = std::getenv("ALEXOP_CPU_CAPABILITY");
-  return {cpu_isa(), flags.first, flags.second, isa != nullptr && *isa != '\0'};
+  cpu.forced = isa != nullptr && *isa != '\0';
+  return cpu;
 }
 
 Cpu named_cpu(std::string_view name) {
-  if (name == "default") return {Isa::kDefault, false, false, false};
-  if (name == "avx2") return {Isa::kAvx2, false, false, false};
-  if (name == "avx512") return {Isa::kAvx512, false, false, false};
-  if (name == "avx512_bf16") return {Isa::kAvx512, true, false, false};
-  if (name == "avx512_fp16") return {Isa::kAvx512, true, true, false};
+  if (name == "default") return {Isa::kDefault, false, false, false, false};
+  if (name == "avx2") return {Isa::kAvx2, false, false, false, false};
+  if (name == "avx512") return {Isa::kAvx512, false, false, false, false};
+  if (name == "avx512_bf16") return {Isa::kAvx512, true, false, false, false};
+  if (name == "amx_bf16") return {Isa::kAvx512, true, false, true, false};
+  if (name == "amx_fp16") return {Isa::kAvx512, true, true, true, false};
   TORCH_CHECK(false, "alexop._kernel_for_cpu: expected cpu to be \"default\", \"avx2\", \"avx512\", ",
-              "\"avx512_bf16\" or \"avx512_fp16\", but got \"", std::string(name), "\"");
+              "\"avx512_bf16\", \"amx_bf16\" or \"amx_fp16\", but got \"", std::string(name), "\"");
 }
 
 Problem problem(

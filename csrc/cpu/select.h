@@ -21,7 +21,8 @@ namespace alexop::cpu {
 // What of the CPU the choice depends on.
 struct Cpu {
   Isa isa;          // the instruction set of alexop's kernels
-  bool bf16, fp16;  // multiplies bfloat16 / float16 natively (oneDNN's 16-bit kernels run at twice float32's rate)
+  bool bf16, fp16;  // ATen's bfloat16 / float16 convolution runs oneDNN's native kernels (select.cpp says where)
+  bool amx;         // on AMX tiles: its input gradient wins at every channel count too
   bool forced;      // ALEXOP_CPU_CAPABILITY names the instruction set: alexop's kernels for every shape
 };
 
@@ -29,8 +30,9 @@ struct Cpu {
 Cpu this_cpu();
 
 // A CPU of the kind named: "default" (no AVX2: aarch64 and the like),
-// "avx2", "avx512", "avx512_bf16" (and AVX512-BF16: Zen 4, Cooper Lake) or
-// "avx512_fp16" (and AVX512-FP16 too: Sapphire Rapids); throws on others.
+// "avx2", "avx512", "avx512_bf16" (and AVX512-BF16: Zen 4 and 5, Cooper
+// Lake), "amx_bf16" (and AMX-BF16: Sapphire and Emerald Rapids) or
+// "amx_fp16" (and AMX-FP16: Granite Rapids); throws on others.
 Cpu named_cpu(std::string_view name);
 
 struct Problem {
