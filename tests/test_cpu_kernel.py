@@ -229,12 +229,14 @@ def test_native_16bit_runs_aten(dtype, channels_last):
 
 # Where ATen computes a 16-bit result natively, a result with Inf or NaN anywhere is computed again
 # by alexop's kernels (oneDNN's do not place them where float64 F.conv2d does): here they lie in the
-# last image only, the end of the scan for them.
+# last image only, the end of the scan for them. With one channel the input and weights are the
+# smaller tensors, read instead of the output: the Inf there sends it to the output's scan.
+@pytest.mark.parametrize("c", [1, 3])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-def test_native_16bit_nonfinite_in_the_last_image(channels_last):
+def test_native_16bit_nonfinite_in_the_last_image(channels_last, c):
     if not NATIVE_16BIT_CPU[torch.bfloat16]:
         pytest.skip("ATen runs bfloat16 on no native kernels on this CPU")
-    n, c, k, h, w = 2, 3, 64, 127, 127
+    n, k, h, w = 2, 64, 127, 127
     x, wt, b = make_inputs(n, c, k, h, w, dtype=torch.bfloat16)
     x[n - 1, 0, h // 3, w // 3] = float("inf")
     x[n - 1, c - 1, h // 3 + 3, w // 3 + 6] = -float("inf")
@@ -244,6 +246,26 @@ def test_native_16bit_nonfinite_in_the_last_image(channels_last):
         assert guesses(alexop.kernel_for(x, wt, 2))["forward"] == "cpu_fwd_aten"
         out = alexop.conv11s4(x, wt, b, 2)
     assert_nonfinite_match(out, reference(x, wt, b, 2), REL_L2[torch.bfloat16], "output")
+
+
+# Finite operands whose products could reach bfloat16's largest value: the output itself is read.
+# Where it is finite it is ATen's, bit for bit F.conv2d's; where a product overflows, alexop's,
+# with Inf where float64 F.conv2d rounded to bfloat16 has it.
+@pytest.mark.parametrize("overflow", [False, True], ids=["finite", "overflow"])
+def test_native_16bit_large_operands(overflow):
+    if not NATIVE_16BIT_CPU[torch.bfloat16]:
+        pytest.skip("ATen runs bfloat16 on no native kernels on this CPU")
+    x, wt, b = make_inputs(2, 1, 64, 127, 127, dtype=torch.bfloat16)
+    x[1, 0, 63, 63] = 3e38 if overflow else 1e36  # under tap (5, 5) of output (15, 15)
+    wt[:, 0, 5, 5] = 2.0
+    with untimed():
+        out = alexop.conv11s4(x, wt, b, 2)
+    ref = reference(x, wt, b, 2).to(torch.bfloat16).double()
+    assert ref.isinf().any() == overflow
+    if overflow:
+        assert_nonfinite_match(out, ref, REL_L2[torch.bfloat16], "output")
+    else:
+        assert torch.equal(out, F.conv2d(x, wt, b, stride=4, padding=2))
 
 
 # oneDNN's native 16-bit kernels go wrong on outputs one column wide (weight gradients from

@@ -12,8 +12,10 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 namespace alexop::cpu {
@@ -59,35 +61,68 @@ std::tuple<at::Tensor, at::Tensor> weight_grad_aten(
 
 namespace {
 
-// The least of ~v & exponent over n 16-bit floats: 0 where one has every
-// exponent bit set (Inf or NaN). A mask and a minimum a lane, which the
-// compiler vectorizes for the widest vectors the CPU has; an ATen sum
-// converted each element and added it.
+// The largest of n 16-bit floats' magnitudes, as bits (the sign cleared): at
+// least the exponent's bits where one is Inf or NaN. A mask and a maximum a
+// lane, which the compiler vectorizes for the widest vectors the CPU has; an
+// ATen reduction converted each element.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
-int16_t least_exponent_gap(const uint16_t* p, int64_t n, uint16_t exponent) {
-  int16_t least = 0x7fff;
+uint16_t largest_bits(const uint16_t* p, int64_t n) {
+  uint16_t largest = 0;
   for (int64_t i = 0; i < n; ++i) {
-    least = std::min<int16_t>(least, (int16_t)(~p[i] & exponent));
+    largest = std::max<uint16_t>(largest, p[i] & 0x7fff);
   }
-  return least;
+  return largest;
+}
+
+// The same of t (16-bit, dense): one pass over its storage as one row (a
+// channels_last tensor read in its own strides was the slower), on all
+// threads.
+uint16_t largest_bits(const at::Tensor& t) {
+  const auto* p = static_cast<const uint16_t*>(t.const_data_ptr());
+  return at::parallel_reduce(
+      int64_t{0}, t.numel(), kFiniteGrain, uint16_t{0},
+      [&](int64_t begin, int64_t end, uint16_t largest) {
+        return std::max(largest, largest_bits(p + begin, end - begin));
+      },
+      [](uint16_t a, uint16_t b) { return std::max(a, b); });
+}
+
+uint16_t exponent_bits(at::ScalarType type) { return type == at::kBFloat16 ? 0x7f80 : 0x7c00; }
+
+// The magnitude whose bits largest_bits gave.
+double magnitude(uint16_t bits, at::ScalarType type) {
+  return type == at::kBFloat16 ? (float)c10::BFloat16(bits, c10::BFloat16::from_bits())
+                               : (float)c10::Half(bits, c10::Half::from_bits());
 }
 
 }  // namespace
 
-// One pass over the storage as one row, on all threads (reading a
-// channels_last tensor in its own strides was the slower).
 bool finite(const at::Tensor& t) {
   if (t.numel() == 0) return true;
   const auto dense = t.is_non_overlapping_and_dense() ? t : t.contiguous();
-  const auto* p = static_cast<const uint16_t*>(dense.const_data_ptr());
-  const uint16_t exponent = t.scalar_type() == at::kBFloat16 ? 0x7f80 : 0x7c00;
-  std::atomic<bool> all{true};
-  at::parallel_for(0, dense.numel(), kFiniteGrain, [&](int64_t begin, int64_t end) {
-    if (least_exponent_gap(p + begin, end - begin, exponent) == 0) all = false;
-  });
-  return all;
+  return largest_bits(dense) < exponent_bits(t.scalar_type());
+}
+
+bool finite_sums(const at::Tensor& result, const at::Tensor& a, const at::Tensor& b,
+                 const std::optional<at::Tensor>& c, int64_t terms) {
+  const bool has_c = c.has_value() && c->defined();
+  const int64_t operands = a.numel() + b.numel() + (has_c ? c->numel() : 0);
+  const bool dense = a.is_non_overlapping_and_dense() && b.is_non_overlapping_and_dense() &&
+                     (!has_c || c->is_non_overlapping_and_dense());
+  if (operands < result.numel() && dense) {
+    const auto type = result.scalar_type();
+    const uint16_t exponent = exponent_bits(type);
+    const uint16_t ma = largest_bits(a), mb = largest_bits(b), mc = has_c ? largest_bits(*c) : 0;
+    // half the dtype's largest finite value: past float32's rounding of the partial sums
+    const double limit = magnitude(exponent - 1, type) / 2;
+    if (ma < exponent && mb < exponent && mc < exponent &&
+        terms * magnitude(ma, type) * magnitude(mb, type) + magnitude(mc, type) <= limit) {
+      return true;
+    }
+  }
+  return finite(result);
 }
 
 }  // namespace alexop::cpu

@@ -26,4 +26,13 @@ std::tuple<at::Tensor, at::Tensor> weight_grad_aten(
 // does, and the ops compute such results again with alexop's kernels.
 bool finite(const at::Tensor& t);
 
+// The same of result, each element of which sums at most `terms` products of
+// a's and b's elements, plus one of c's: where a, b and c hold fewer
+// elements than result (a first layer's input and weights, its output), read
+// from them instead, finite where they are all finite and too small for a
+// sum to reach the dtype's largest value (float32 sums, as oneDNN's and
+// alexop's kernels make); result's own elements where they are not.
+bool finite_sums(const at::Tensor& result, const at::Tensor& a, const at::Tensor& b,
+                 const std::optional<at::Tensor>& c, int64_t terms);
+
 }  // namespace alexop::cpu

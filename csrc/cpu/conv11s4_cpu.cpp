@@ -50,7 +50,8 @@ at::Tensor conv11s4_cpu(
   };
   if (cpu::aten_timed(Decision::kCpuForward, problem, has_bias, cpu::aten_forward(problem), aten, own)) {
     auto output = aten();
-    if (!cpu::is_reduced(input) || cpu::finite(output)) return output;
+    const int64_t terms = input.size(1) * kKernelSize * kKernelSize;
+    if (!cpu::is_reduced(input) || cpu::finite_sums(output, input, weight, bias_opt, terms)) return output;
   }
   return own();
 }
@@ -78,7 +79,10 @@ at::Tensor conv11s4_backward_input_cpu(
   const auto own = [&] { return cpu::input_grad_alexop(grad_output, weight, input_size, padding); };
   if (cpu::aten_timed(Decision::kCpuInputGrad, problem, 0, cpu::aten_input_grad(problem), aten, own)) {
     auto grad_input = aten();
-    if (!cpu::is_reduced(grad_output) || cpu::finite(grad_input)) return grad_input;
+    const int64_t terms = weight.size(0) * kKernelSize * kKernelSize;
+    if (!cpu::is_reduced(grad_output) || cpu::finite_sums(grad_input, grad_output, weight, std::nullopt, terms)) {
+      return grad_input;
+    }
   }
   return own();
 }
