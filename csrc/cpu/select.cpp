@@ -223,9 +223,9 @@ bool many_channels(const Problem& p) {
   return p.C > 4 && px < kFewPixels;
 }
 // Against oneDNN's native 16-bit input gradient alexop's wins at 1-2
-// channels, and at 3-4 from k16Pixels output pixels over the batch; against
-// its AMX one at none (docs/cpu.md: 1-4 channels, 3025-32258 pixels).
-bool many_channels_16(const Problem& p) { return p.cpu.amx || p.C > 4 || (p.C > 2 && pixels(p) < k16Pixels); }
+// channels, and at 3-4 from k16Pixels output pixels over the batch (against
+// its AMX one at none: docs/cpu.md, 1-4 channels, 3025-32258 pixels).
+bool many_channels_16(const Problem& p) { return p.C > 4 || (p.C > 2 && pixels(p) < k16Pixels); }
 bool is_16bit(const Problem& p) {
   return p.dtype == c10::ScalarType::Half || p.dtype == c10::ScalarType::BFloat16;
 }
@@ -340,7 +340,7 @@ bool aten_weight_grad(const Problem& p) {
 }
 bool aten_input_grad(const Problem& p) {
   if (alexop_always(p)) return false;
-  if (is_16bit(p)) return native_aten(p) && many_channels_16(p);
+  if (is_16bit(p)) return native_aten(p) && (p.cpu.amx || many_channels_16(p));
   switch (p.cpu.isa) {
     case Isa::kAvx512:
       return many_channels(p);
